@@ -1,0 +1,1 @@
+//! Matched-payload case sets.

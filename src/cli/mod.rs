@@ -1,0 +1,3 @@
+//! Command groups of the `trustlens` binary.
+pub mod cases;
+pub mod model;

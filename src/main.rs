@@ -1,0 +1,38 @@
+//! The `trustlens` command line: a thin clap layer over the library. Each command group lives in `src/cli/<group>.rs`
+//! with its own arguments and `run` function; errors get context here and print as one line.
+mod cli;
+
+use clap::{Parser, Subcommand};
+
+/// trustlens: does a model treat the same malicious instruction differently when it arrives in the user's chat
+/// message, in a tool's description or in a tool's output? Load Llama-class models (HF safetensors or GGUF) on CPU or
+/// CUDA, render matched-payload prompts, capture and patch the residual stream, and score behaviour.
+#[derive(Parser)]
+#[command(name = "trustlens", version, about, long_about = None, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Inspect a checkpoint or generate text with it (sanity checks).
+    #[command(subcommand)]
+    Model(cli::model::ModelCommand),
+    /// Write, import, validate, render and count matched-payload case sets.
+    #[command(subcommand)]
+    Cases(cli::cases::CasesCommand),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Model(cmd) => cli::model::run(cmd),
+        Command::Cases(cmd) => cli::cases::run(cmd),
+    };
+    if let Err(err) = result {
+        // One line: the chain of contexts joined, no backtrace.
+        eprintln!("error: {err:#}");
+        std::process::exit(1);
+    }
+}
