@@ -16,21 +16,21 @@ use std::path::{Path, PathBuf};
 /// Errors while reading a GGUF file. Each names the file.
 #[derive(Debug, thiserror::Error)]
 pub enum GgufError {
-    #[error("{path}: {source}")]
+    #[error("{}: {source}", .path.display())]
     Io {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
-    #[error("{path}: not a GGUF file (magic bytes {magic:?})")]
+    #[error("{}: not a GGUF file (magic bytes {magic:?})", .path.display())]
     BadMagic { path: PathBuf, magic: [u8; 4] },
-    #[error("{path}: unsupported GGUF version {version} (supported: 2, 3)")]
+    #[error("{}: unsupported GGUF version {version} (supported: 2, 3)", .path.display())]
     BadVersion { path: PathBuf, version: u32 },
-    #[error("{path}: truncated or corrupt GGUF file: {what}")]
+    #[error("{}: truncated or corrupt GGUF file: {what}", .path.display())]
     Truncated { path: PathBuf, what: String },
-    #[error("{path}: tensor `{tensor}` has ggml type {ty} which trustlens cannot dequantise (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K)")]
+    #[error("{}: tensor `{tensor}` has ggml type {ty} which trustlens cannot dequantise (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K)", .path.display())]
     UnsupportedType { path: PathBuf, tensor: String, ty: String },
-    #[error("{path}: no tensor named `{0}`", path = .path.display())]
+    #[error("{}: no tensor named `{name}`", .path.display())]
     MissingTensor { path: PathBuf, name: String },
 }
 

@@ -1,0 +1,34 @@
+//! Shared helpers for integration tests: where the generated fixtures and the embedded model live.
+#![allow(dead_code)]
+use std::path::PathBuf;
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A generated fixture (made by `just fixtures`, which `just test` runs first). Panics with instructions if missing.
+pub fn fixture(rel: &str) -> PathBuf {
+    let p = repo().join("tests/fixtures/generated").join(rel);
+    assert!(p.exists(), "missing test fixture {}: run `just fixtures` (or `just test`, which makes them)", p.display());
+    p
+}
+
+/// The embedded model, fetched by `just setup`.
+pub fn embedded_model() -> PathBuf {
+    let p = repo().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(p.exists(), "missing embedded model {}: run `just setup`", p.display());
+    p
+}
+
+/// Named tensors of a safetensors file as tch tensors.
+pub fn read_tensors(path: &std::path::Path) -> std::collections::HashMap<String, tch::Tensor> {
+    tch::Tensor::read_safetensors(path).expect("read reference tensors").into_iter().collect()
+}
+
+/// max |a - b| over all elements (both converted to f32 on the CPU).
+pub fn max_abs_diff(a: &tch::Tensor, b: &tch::Tensor) -> f64 {
+    assert_eq!(a.size(), b.size(), "shape mismatch");
+    let a = a.to_kind(tch::Kind::Float).to_device(tch::Device::Cpu);
+    let b = b.to_kind(tch::Kind::Float).to_device(tch::Device::Cpu);
+    (a - b).abs().max().double_value(&[])
+}
