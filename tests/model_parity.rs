@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use std::path::Path;
 use tch::{Device, Tensor};
-use trustlens::model::{self, Batch, DType, HookPoint, HookSpec, LoadOptions, Positions};
+use trustlens::model::{self, AttnImpl, Batch, DType, HookPoint, HookSpec, LoadOptions, Positions};
 
 const TOL: f64 = 1e-4;
 
@@ -19,10 +19,15 @@ fn reference(dir: &Path) -> (Vec<Vec<u32>>, Vec<Vec<u32>>) {
 
 /// Every layer's resid_post, the final norm and the logits of each prompt run alone.
 fn check_parity(name: &str, model_path: &Path, dtype: DType, prefix: &str, tol: f64) -> f64 {
+    check_parity_with(name, model_path, dtype, prefix, tol, AttnImpl::Eager)
+}
+
+fn check_parity_with(name: &str, model_path: &Path, dtype: DType, prefix: &str, tol: f64, attn: AttnImpl) -> f64 {
     let dir = fixture(name);
     let (prompts, greedy) = reference(&dir);
     let refs = read_tensors(&dir.join("reference.safetensors"));
-    let m = model::load(model_path, LoadOptions { dtype, device: Device::Cpu }).unwrap();
+    let mut m = model::load(model_path, LoadOptions { dtype, device: Device::Cpu }).unwrap();
+    m.attn_impl = attn;
     let n = m.n_layers();
     let mut worst: f64 = 0.0;
     for (i, p) in prompts.iter().enumerate() {
@@ -84,6 +89,15 @@ fn embedded_smollm2_gguf_matches_hf() {
     eprintln!("smollm2 worst diff {d:.2e}");
 }
 
+/// The fused SDPA kernel (the CUDA default) agrees with transformers too, within float rounding.
+#[test]
+fn sdpa_attention_matches_hf() {
+    for name in ["tiny-llama", "tiny-mistral", "tiny-qwen2"] {
+        let d = check_parity_with(name, &fixture(name), DType::F32, "", TOL, AttnImpl::Sdpa);
+        eprintln!("{name}: SDPA vs transformers eager, worst max abs diff {d:.3e}");
+    }
+}
+
 /// bf16 drift: trustlens bf16 against transformers bf16 on the same weights. bf16 has 8 mantissa bits, so the bound
 /// is loose; the measured figure is printed for the record.
 #[test]
@@ -91,6 +105,9 @@ fn bf16_drift_is_small() {
     for name in ["tiny-llama", "tiny-mistral", "tiny-qwen2"] {
         let d = check_parity(name, &fixture(name), DType::BF16, "bf16.", 0.25);
         eprintln!("{name}: bf16 trustlens vs bf16 transformers, worst max abs diff {d:.3e}");
+        // And how far bf16 drifts from the f32 reference (inherent to the dtype, the same for both sides).
+        let d32 = check_parity(name, &fixture(name), DType::BF16, "", 1.0);
+        eprintln!("{name}: bf16 trustlens vs f32 transformers, worst max abs diff {d32:.3e}");
     }
 }
 

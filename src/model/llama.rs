@@ -110,10 +110,23 @@ pub struct KvCache {
     pub next_pos: Tensor,
 }
 
+/// How attention is computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttnImpl {
+    /// `softmax(q k^T * scale + mask) v` with an f32 softmax, exactly as transformers' eager attention: bitwise equal
+    /// hidden states in f32 on CPU. The default on CPU.
+    Eager,
+    /// libtorch's fused `scaled_dot_product_attention` (flash / memory-efficient kernels on CUDA). The default on
+    /// CUDA; on CPU it differs from eager by float rounding (about 1e-6 relative).
+    Sdpa,
+}
+
 /// The loaded decoder.
 pub struct Llama {
     pub config: ModelConfig,
     pub kind: Kind,
+    /// Attention kernel; chosen by device at load, settable.
+    pub attn_impl: AttnImpl,
     embed: Tensor,
     pub blocks: Vec<Block>,
     norm: Tensor,
@@ -194,7 +207,8 @@ impl Llama {
             get("lm_head.weight", &[config.vocab_size, d], head_device)?
         };
         let inv_freq = rope_inv_freq(&config, store)?.to_device(first);
-        Ok(Llama { config, kind, embed, blocks, norm, lm_head, inv_freq, n_params })
+        let attn_impl = if first.is_cuda() { AttnImpl::Sdpa } else { AttnImpl::Eager };
+        Ok(Llama { config, kind, attn_impl, embed, blocks, norm, lm_head, inv_freq, n_params })
     }
 
     /// Unique parameters (tied embeddings counted once).
@@ -421,15 +435,20 @@ impl Llama {
             *ck = k.shallow_clone();
             *cv = v.shallow_clone();
         }
-        let out = if std::env::var("TL_EAGER").is_ok() {
-            let rep = h / kvh;
-            let k2 = k.repeat_interleave_self_int(rep, 1, None);
-            let v2 = v.repeat_interleave_self_int(rep, 1, None);
-            let w = q.matmul(&k2.transpose(2, 3)) * (1.0 / (hd as f64).sqrt());
-            let w = w.masked_fill(&mask.logical_not(), f64::from(f32::MIN));
-            w.softmax(-1, Kind::Float).to_kind(q.kind()).matmul(&v2)
-        } else {
-            Tensor::scaled_dot_product_attention(&q, &k, &v, Some(mask), 0.0, false, None, h != kvh)
+        let out = match self.attn_impl {
+            AttnImpl::Eager => {
+                // HF's eager attention, op for op (bitwise equal to transformers in f32 on CPU).
+                let rep = h / kvh;
+                let (k, v) = if rep > 1 {
+                    (k.repeat_interleave_self_int(rep, 1, None), v.repeat_interleave_self_int(rep, 1, None))
+                } else {
+                    (k, v)
+                };
+                let w = q.matmul(&k.transpose(2, 3)) * (1.0 / (hd as f64).sqrt());
+                let w = w.masked_fill(&mask.logical_not(), kind_min(w.kind()));
+                w.softmax(-1, Kind::Float).to_kind(q.kind()).matmul(&v)
+            }
+            AttnImpl::Sdpa => Tensor::scaled_dot_product_attention(&q, &k, &v, Some(mask), 0.0, false, None, h != kvh),
         };
         out.transpose(1, 2).reshape([b, t, h * hd]).linear(&blk.wo, blk.bo.as_ref())
     }
@@ -559,6 +578,16 @@ fn attention_mask(key_mask: &Tensor, t: i64, s: i64) -> Tensor {
     let diag = k.eq_tensor(&q);
     let keys = key_mask.ne(0).view([-1, 1, 1, s]);
     causal.unsqueeze(0).unsqueeze(0).logical_and(&keys).logical_or(&diag.unsqueeze(0).unsqueeze(0))
+}
+
+/// The most negative finite value of a float kind (`torch.finfo(kind).min`), HF's additive mask value.
+fn kind_min(kind: Kind) -> f64 {
+    match kind {
+        Kind::Half => -65504.0,
+        Kind::BFloat16 => -3.3895313892515355e38,
+        Kind::Double => f64::MIN,
+        _ => f64::from(f32::MIN),
+    }
 }
 
 /// HF's RMSNorm: normalise in f32, cast back, then scale.
