@@ -29,14 +29,21 @@ pub enum GgufError {
     #[error("{}: truncated or corrupt GGUF file: {what}", .path.display())]
     Truncated { path: PathBuf, what: String },
     #[error("{}: tensor `{tensor}` has ggml type {ty} which trustlens cannot dequantise (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K)", .path.display())]
-    UnsupportedType { path: PathBuf, tensor: String, ty: String },
+    UnsupportedType {
+        path: PathBuf,
+        tensor: String,
+        ty: String,
+    },
     #[error("{}: no tensor named `{name}`", .path.display())]
     MissingTensor { path: PathBuf, name: String },
 }
 
 impl GgufError {
     fn truncated(path: &Path, what: impl Into<String>) -> Self {
-        GgufError::Truncated { path: path.to_path_buf(), what: what.into() }
+        GgufError::Truncated {
+            path: path.to_path_buf(),
+            what: what.into(),
+        }
     }
 }
 
@@ -225,7 +232,10 @@ impl<'a> Cursor<'a> {
                 self.pos = end;
                 Ok(s)
             }
-            None => Err(GgufError::truncated(self.path, format!("file ends inside {what} at byte {}", self.pos))),
+            None => Err(GgufError::truncated(
+                self.path,
+                format!("file ends inside {what} at byte {}", self.pos),
+            )),
         }
     }
     fn u8(&mut self, w: &str) -> Result<u8, GgufError> {
@@ -244,7 +254,10 @@ impl<'a> Cursor<'a> {
         let n = self.u64(w)?;
         // A length can never exceed the bytes left; catching it here avoids huge allocations on corrupt files.
         if n > (self.buf.len() - self.pos) as u64 {
-            return Err(GgufError::truncated(self.path, format!("{w} claims length {n} past the end of the file")));
+            return Err(GgufError::truncated(
+                self.path,
+                format!("{w} claims length {n} past the end of the file"),
+            ));
         }
         Ok(n as usize)
     }
@@ -276,7 +289,12 @@ impl<'a> Cursor<'a> {
             10 => GgufValue::U64(self.u64(w)?),
             11 => GgufValue::I64(self.u64(w)? as i64),
             12 => GgufValue::F64(f64::from_bits(self.u64(w)?)),
-            t => return Err(GgufError::truncated(self.path, format!("unknown metadata value type {t} in {w}"))),
+            t => {
+                return Err(GgufError::truncated(
+                    self.path,
+                    format!("unknown metadata value type {t} in {w}"),
+                ))
+            }
         })
     }
 }
@@ -285,12 +303,19 @@ impl GgufFile {
     /// Open and parse the header, metadata and tensor directory; checks that every tensor lies inside the file.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, GgufError> {
         let path = path.as_ref().to_path_buf();
-        let io = |source| GgufError::Io { path: path.clone(), source };
+        let io = |source| GgufError::Io {
+            path: path.clone(),
+            source,
+        };
         let file = File::open(&path).map_err(io)?;
         // SAFETY: the mapping is read-only; a file changed underneath us can give wrong values but no UB beyond that
         // which every mmap-based loader (llama.cpp, safetensors) accepts.
         let mmap = unsafe { Mmap::map(&file) }.map_err(io)?;
-        let mut c = Cursor { buf: &mmap, pos: 0, path: &path };
+        let mut c = Cursor {
+            buf: &mmap,
+            pos: 0,
+            path: &path,
+        };
         let magic: [u8; 4] = c.take(4, "the magic bytes")?.try_into().unwrap();
         if &magic != b"GGUF" {
             return Err(GgufError::BadMagic { path, magic });
@@ -314,7 +339,10 @@ impl GgufFile {
             let w = format!("tensor info `{name}`");
             let nd = c.u32(&w)? as usize;
             if nd > 8 {
-                return Err(GgufError::truncated(&path, format!("{w} has {nd} dimensions")));
+                return Err(GgufError::truncated(
+                    &path,
+                    format!("{w} has {nd} dimensions"),
+                ));
             }
             let mut ne = Vec::with_capacity(nd);
             for _ in 0..nd {
@@ -323,9 +351,18 @@ impl GgufFile {
             let ty = GgmlType::from_u32(c.u32(&w)?);
             let offset = c.u64(&w)?;
             ne.reverse();
-            tensors.push(GgufTensorInfo { name, shape: ne, ty, offset });
+            tensors.push(GgufTensorInfo {
+                name,
+                shape: ne,
+                ty,
+                offset,
+            });
         }
-        let align = metadata.get("general.alignment").and_then(|v| v.as_u64()).unwrap_or(32).max(1) as usize;
+        let align = metadata
+            .get("general.alignment")
+            .and_then(|v| v.as_u64())
+            .unwrap_or(32)
+            .max(1) as usize;
         let data_start = c.pos.div_ceil(align) * align;
         let mut index = BTreeMap::new();
         for (i, t) in tensors.iter().enumerate() {
@@ -333,18 +370,36 @@ impl GgufFile {
             if let Some((bv, bb)) = t.ty.block() {
                 let n = t.numel();
                 if n % bv != 0 {
-                    return Err(GgufError::truncated(&path, format!("tensor `{}` has {n} values, not a multiple of its block size {bv}", t.name)));
+                    return Err(GgufError::truncated(
+                        &path,
+                        format!(
+                            "tensor `{}` has {n} values, not a multiple of its block size {bv}",
+                            t.name
+                        ),
+                    ));
                 }
                 let end = data_start as u64 + t.offset + (n / bv * bb) as u64;
                 if end > mmap.len() as u64 {
                     return Err(GgufError::truncated(
                         &path,
-                        format!("tensor `{}` ends at byte {end} but the file has {} bytes", t.name, mmap.len()),
+                        format!(
+                            "tensor `{}` ends at byte {end} but the file has {} bytes",
+                            t.name,
+                            mmap.len()
+                        ),
                     ));
                 }
             }
         }
-        Ok(GgufFile { path, version, metadata, tensors, index, data_start, mmap })
+        Ok(GgufFile {
+            path,
+            version,
+            metadata,
+            tensors,
+            index,
+            data_start,
+            mmap,
+        })
     }
 
     pub fn get(&self, key: &str) -> Option<&GgufValue> {
@@ -370,7 +425,10 @@ impl GgufFile {
     pub fn dequantize(&self, name: &str) -> Result<Vec<f32>, GgufError> {
         let info = self
             .tensor_info(name)
-            .ok_or_else(|| GgufError::MissingTensor { path: self.path.clone(), name: name.to_string() })?;
+            .ok_or_else(|| GgufError::MissingTensor {
+                path: self.path.clone(),
+                name: name.to_string(),
+            })?;
         let bytes = self.raw_bytes(info)?;
         let mut out = vec![0f32; info.numel()];
         dequantize_into(info.ty, bytes, &mut out);
@@ -499,7 +557,10 @@ fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {
-        ((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
+        (
+            (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4),
+            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+        )
     }
 }
 

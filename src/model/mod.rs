@@ -14,7 +14,9 @@ pub mod llama;
 pub mod weights;
 
 pub use config::{Architecture, ModelConfig};
-pub use hooks::{ActivationCache, Capture, HookPoint, HookSpec, Intervention, InterventionMode, Positions};
+pub use hooks::{
+    ActivationCache, Capture, HookPoint, HookSpec, Intervention, InterventionMode, Positions,
+};
 pub use llama::{AttnImpl, Batch, ForwardOutput, KvCache, Llama};
 
 use std::collections::BTreeMap;
@@ -52,7 +54,10 @@ pub enum ModelError {
 
 impl ModelError {
     pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
-        ModelError::Io { path: path.to_path_buf(), source }
+        ModelError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
     }
 }
 
@@ -99,14 +104,22 @@ pub fn parse_device(s: &str) -> Result<Device, ModelError> {
     let cuda_n = tch::Cuda::device_count() as usize;
     match s.as_str() {
         "cpu" => Ok(Device::Cpu),
-        "auto" => Ok(if tch::Cuda::is_available() { Device::Cuda(0) } else { Device::Cpu }),
+        "auto" => Ok(if tch::Cuda::is_available() {
+            Device::Cuda(0)
+        } else {
+            Device::Cpu
+        }),
         _ => {
             let idx = if s == "cuda" {
                 0
             } else if let Some(n) = s.strip_prefix("cuda:") {
-                n.parse::<usize>().map_err(|_| ModelError::Device(format!("bad device `{s}` (cpu, cuda, cuda:N, auto)")))?
+                n.parse::<usize>().map_err(|_| {
+                    ModelError::Device(format!("bad device `{s}` (cpu, cuda, cuda:N, auto)"))
+                })?
             } else {
-                return Err(ModelError::Device(format!("unknown device `{s}` (cpu, cuda, cuda:N, auto)")));
+                return Err(ModelError::Device(format!(
+                    "unknown device `{s}` (cpu, cuda, cuda:N, auto)"
+                )));
             };
             if idx >= cuda_n {
                 return Err(ModelError::Device(format!(
@@ -132,27 +145,46 @@ impl ModelSource {
     /// Resolve a user-given path. Pickle checkpoints are refused with a conversion hint.
     pub fn resolve(path: &Path) -> Result<Self, ModelError> {
         if !path.exists() {
-            return Err(ModelError::io(path, std::io::Error::new(std::io::ErrorKind::NotFound, "no such file or directory")));
+            return Err(ModelError::io(
+                path,
+                std::io::Error::new(std::io::ErrorKind::NotFound, "no such file or directory"),
+            ));
         }
-        let ext = |p: &Path| p.extension().and_then(|e| e.to_str()).map(|e| e.to_ascii_lowercase()).unwrap_or_default();
+        let ext = |p: &Path| {
+            p.extension()
+                .and_then(|e| e.to_str())
+                .map(|e| e.to_ascii_lowercase())
+                .unwrap_or_default()
+        };
         if path.is_file() {
             return match ext(path).as_str() {
                 "gguf" => Ok(ModelSource::Gguf(path.to_path_buf())),
-                "safetensors" | "json" => Ok(ModelSource::HfDir(path.parent().unwrap_or(Path::new(".")).to_path_buf())),
-                "bin" | "pt" | "pth" | "ckpt" | "pkl" => Err(ModelError::Pickle { path: path.to_path_buf() }),
-                _ => Err(ModelError::NoWeights { path: path.to_path_buf() }),
+                "safetensors" | "json" => Ok(ModelSource::HfDir(
+                    path.parent().unwrap_or(Path::new(".")).to_path_buf(),
+                )),
+                "bin" | "pt" | "pth" | "ckpt" | "pkl" => Err(ModelError::Pickle {
+                    path: path.to_path_buf(),
+                }),
+                _ => Err(ModelError::NoWeights {
+                    path: path.to_path_buf(),
+                }),
             };
         }
         if path.join("config.json").exists() {
             let has_st = std::fs::read_dir(path)
                 .map_err(|e| ModelError::io(path, e))?
                 .filter_map(|e| e.ok())
-                .any(|e| ext(&e.path()) == "safetensors");
+                .any(|e| weights::is_weight_shard(&e.path()));
             if !has_st {
-                let pickle = ["pytorch_model.bin", "pytorch_model.bin.index.json", "model.pt", "consolidated.00.pth"]
-                    .iter()
-                    .map(|n| path.join(n))
-                    .find(|p| p.exists());
+                let pickle = [
+                    "pytorch_model.bin",
+                    "pytorch_model.bin.index.json",
+                    "model.pt",
+                    "consolidated.00.pth",
+                ]
+                .iter()
+                .map(|n| path.join(n))
+                .find(|p| p.exists());
                 if let Some(p) = pickle {
                     return Err(ModelError::Pickle { path: p });
                 }
@@ -168,9 +200,15 @@ impl ModelSource {
             [one] => Ok(ModelSource::Gguf(one.clone())),
             [] => Err(ModelError::io(
                 &path.join("config.json"),
-                std::io::Error::new(std::io::ErrorKind::NotFound, "no config.json (and no .gguf file) in the model directory"),
+                std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "no config.json (and no .gguf file) in the model directory",
+                ),
             )),
-            _ => Err(ModelError::Input(format!("{}: several .gguf files; name one", path.display()))),
+            _ => Err(ModelError::Input(format!(
+                "{}: several .gguf files; name one",
+                path.display()
+            ))),
         }
     }
 
@@ -208,7 +246,10 @@ pub struct LoadOptions {
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        LoadOptions { dtype: DType::F32, device: Device::Cpu }
+        LoadOptions {
+            dtype: DType::F32,
+            device: Device::Cpu,
+        }
     }
 }
 
@@ -244,16 +285,33 @@ pub struct ModelSummary {
 pub fn inspect(path: &Path) -> Result<ModelSummary, ModelError> {
     let src = ModelSource::resolve(path)?;
     let (cfg, store) = src.open()?;
-    let arch = cfg.architecture().map_err(|why| ModelError::BadConfig { path: path.to_path_buf(), why })?;
-    let (d, h, kv, hd, ffn, v) =
-        (cfg.hidden_size, cfg.num_attention_heads, cfg.n_kv_heads(), cfg.head_dim(), cfg.intermediate_size, cfg.vocab_size);
+    store.check_supported()?;
+    let arch = cfg.architecture().map_err(|why| ModelError::BadConfig {
+        path: path.to_path_buf(),
+        why,
+    })?;
+    let (d, h, kv, hd, ffn, v) = (
+        cfg.hidden_size,
+        cfg.num_attention_heads,
+        cfg.n_kv_heads(),
+        cfg.head_dim(),
+        cfg.intermediate_size,
+        cfg.vocab_size,
+    );
     let per_layer = (h * hd + 2 * kv * hd) * d
-        + if cfg.qkv_bias() { h * hd + 2 * kv * hd } else { 0 }
+        + if cfg.qkv_bias() {
+            h * hd + 2 * kv * hd
+        } else {
+            0
+        }
         + d * h * hd
         + if cfg.o_bias() { d } else { 0 }
         + 3 * ffn * d
         + 2 * d;
-    let parameters = v * d + cfg.num_hidden_layers * per_layer + d + if cfg.tie_word_embeddings { 0 } else { v * d };
+    let parameters = v * d
+        + cfg.num_hidden_layers * per_layer
+        + d
+        + if cfg.tie_word_embeddings { 0 } else { v * d };
     Ok(ModelSummary {
         path: src.path().to_path_buf(),
         format: match src {
@@ -271,7 +329,10 @@ pub fn inspect(path: &Path) -> Result<ModelSummary, ModelError> {
         parameters,
         tied_embeddings: cfg.tie_word_embeddings,
         rope_theta: cfg.rope_theta,
-        rope_scaling: cfg.rope_scaling.as_ref().map(|r| format!("{} x{}", r.rope_type, r.factor.unwrap_or(1.0))),
+        rope_scaling: cfg
+            .rope_scaling
+            .as_ref()
+            .map(|r| format!("{} x{}", r.rope_type, r.factor.unwrap_or(1.0))),
         stored_types: store.stored_types(),
         stored_bytes: store.stored_bytes(),
         quantised: store.is_quantised(),
