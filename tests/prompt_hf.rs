@@ -157,10 +157,14 @@ fn small_templates_match_jinja2() {
     let smollm = PromptAssets::load(&smollm_path()).expect("load SmolLM GGUF");
     let s = |k: &str| fx[k].as_str().unwrap().to_string();
     for case in fx["cases"].as_array().unwrap() {
-        let template = ChatTemplate::new(case["template"].as_str().unwrap().to_string(), Some(s("bos_token")), Some(s("eos_token")))
-            .unwrap_or_else(|e| panic!("case `{}`: {e}", case["name"]))
-            .with_special_token("unk_token", &s("unk_token"))
-            .with_special_token("pad_token", &s("pad_token"));
+        let template = ChatTemplate::new(
+            case["template"].as_str().unwrap().to_string(),
+            Some(s("bos_token")),
+            Some(s("eos_token")),
+        )
+        .unwrap_or_else(|e| panic!("case `{}`: {e}", case["name"]))
+        .with_special_token("unk_token", &s("unk_token"))
+        .with_special_token("pad_token", &s("pad_token"));
         check_case(&template, &smollm.tokenizer, case);
     }
 }

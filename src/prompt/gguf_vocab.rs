@@ -20,7 +20,8 @@ pub(super) struct Built {
 const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 const TEKKEN_SPLIT: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 const GPT4O_SPLIT: &str = r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-const QWEN2_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const QWEN2_SPLIT: &str =
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 const QWEN35_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// transformers' `GGUF_PRE_TOKENIZER_SPLITS`: `tokenizer.ggml.pre` values whose merges were learned on a
@@ -55,15 +56,25 @@ fn bytes_to_unicode() -> [char; 256] {
 }
 
 fn strings(gguf: &GgufFile, key: &str) -> Result<Option<Vec<String>>, PromptError> {
-    let Some(v) = gguf.get(key) else { return Ok(None) };
-    let bad = || PromptError::GgufTokenizer { path: gguf.path.clone(), message: format!("`{key}` is not a string array") };
+    let Some(v) = gguf.get(key) else {
+        return Ok(None);
+    };
+    let bad =
+        || PromptError::GgufTokenizer { path: gguf.path.clone(), message: format!("`{key}` is not a string array") };
     let arr = v.as_array().ok_or_else(bad)?;
     arr.iter().map(|s| s.as_str().map(str::to_string).ok_or_else(bad)).collect::<Result<Vec<_>, _>>().map(Some)
 }
 
-fn numbers<T>(gguf: &GgufFile, key: &str, conv: impl Fn(&GgufValue) -> Option<T>) -> Result<Option<Vec<T>>, PromptError> {
-    let Some(v) = gguf.get(key) else { return Ok(None) };
-    let bad = || PromptError::GgufTokenizer { path: gguf.path.clone(), message: format!("`{key}` is not a number array") };
+fn numbers<T>(
+    gguf: &GgufFile,
+    key: &str,
+    conv: impl Fn(&GgufValue) -> Option<T>,
+) -> Result<Option<Vec<T>>, PromptError> {
+    let Some(v) = gguf.get(key) else {
+        return Ok(None);
+    };
+    let bad =
+        || PromptError::GgufTokenizer { path: gguf.path.clone(), message: format!("`{key}` is not a number array") };
     let arr = v.as_array().ok_or_else(bad)?;
     arr.iter().map(|x| conv(x).ok_or_else(bad)).collect::<Result<Vec<_>, _>>().map(Some)
 }

@@ -50,8 +50,7 @@ impl ChatTemplate {
     ) -> Result<Self, PromptError> {
         let syntax_error = |e: Error| PromptError::TemplateSyntax { origin: origin.clone(), message: error_text(&e) };
         let mut env = Environment::new();
-        let syntax =
-            SyntaxConfig::builder().trim_blocks(true).lstrip_blocks(true).keep_trailing_newline(false).build();
+        let syntax = SyntaxConfig::builder().trim_blocks(true).lstrip_blocks(true).keep_trailing_newline(false).build();
         env.set_syntax(syntax.map_err(syntax_error)?);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.set_formatter(python_formatter);
@@ -59,10 +58,8 @@ impl ChatTemplate {
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
         env.add_template_owned(TEMPLATE_NAME, source.clone()).map_err(syntax_error)?;
-        let supports_tools = env
-            .get_template(TEMPLATE_NAME)
-            .map(|t| t.undeclared_variables(false).contains("tools"))
-            .unwrap_or(false);
+        let supports_tools =
+            env.get_template(TEMPLATE_NAME).map(|t| t.undeclared_variables(false).contains("tools")).unwrap_or(false);
         let mut special = Vec::new();
         if let Some(b) = bos_token {
             special.push(("bos_token".to_string(), b));
@@ -78,6 +75,12 @@ impl ChatTemplate {
         let source =
             std::fs::read_to_string(path).map_err(|source| PromptError::Io { path: path.to_path_buf(), source })?;
         Self::new_with_origin(source, bos_token, eos_token, path.display().to_string())
+    }
+
+    /// Rename where the template came from (used in error messages).
+    pub fn with_origin(mut self, origin: impl Into<String>) -> Self {
+        self.origin = origin.into();
+        self
     }
 
     /// Add (or replace) a special-token variable such as `unk_token` or `pad_token`.
@@ -167,9 +170,12 @@ impl ChatTemplate {
 /// reasoning under `reasoning_content`, `thinking` or `reasoning`, expose it as both `thinking` (first key) and
 /// `reasoning_content`.
 fn normalize_message(obj: &Map<String, Json>) -> Map<String, Json> {
-    let kept: Map<String, Json> = obj.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k.clone(), v.clone())).collect();
+    let kept: Map<String, Json> =
+        obj.iter().filter(|(_, v)| !v.is_null()).map(|(k, v)| (k.clone(), v.clone())).collect();
     let reasoning = ["reasoning_content", "thinking", "reasoning"].iter().find_map(|k| kept.get(*k)).cloned();
-    let Some(reasoning) = reasoning else { return kept };
+    let Some(reasoning) = reasoning else {
+        return kept;
+    };
     let mut out = Map::new();
     out.insert("thinking".into(), reasoning.clone());
     for (k, v) in kept {
@@ -245,8 +251,9 @@ fn tojson(value: &Value, args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
         None => None,
         Some(v) if v.as_str().is_some() => v.as_str().map(str::to_string),
         Some(v) => {
-            let n = i64::try_from(v)
-                .map_err(|_| Error::new(ErrorKind::InvalidOperation, "tojson: indent must be an integer or a string"))?;
+            let n = i64::try_from(v).map_err(|_| {
+                Error::new(ErrorKind::InvalidOperation, "tojson: indent must be an integer or a string")
+            })?;
             Some(" ".repeat(usize::try_from(n).unwrap_or(0)))
         }
     };

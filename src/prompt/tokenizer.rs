@@ -4,6 +4,9 @@ use crate::model::gguf::GgufFile;
 use serde_json::Value as Json;
 use std::path::Path;
 
+/// Byte ranges `(start, end)` of tokens in the encoded text.
+pub type Offsets = Vec<(usize, usize)>;
+
 /// A tokenizer with its special tokens.
 ///
 /// Encoding never applies the `tokenizers` post-processor (as `apply_chat_template(tokenize=True)` does not);
@@ -69,7 +72,9 @@ impl Tokenizer {
 
     fn assemble(mut inner: tokenizers::Tokenizer, origin: String, sp: SpecialTokens) -> Result<Self, PromptError> {
         // transformers only truncates or pads when asked to; a tokenizer.json may carry either setting.
-        inner.with_truncation(None).map_err(|e| PromptError::Tokenize { origin: origin.clone(), message: e.to_string() })?;
+        inner
+            .with_truncation(None)
+            .map_err(|e| PromptError::Tokenize { origin: origin.clone(), message: e.to_string() })?;
         inner.with_padding(None);
         let with_id = |t: Option<String>| t.and_then(|t| inner.token_to_id(&t).map(|id| (t, id)));
         let bos = with_id(sp.bos);
@@ -94,7 +99,7 @@ impl Tokenizer {
     }
 
     /// [`Tokenizer::encode`] with each token's byte range in `text`; a prepended BOS gets `(0, 0)`.
-    pub fn encode_with_offsets(&self, text: &str) -> Result<(Vec<u32>, Vec<(usize, usize)>), PromptError> {
+    pub fn encode_with_offsets(&self, text: &str) -> Result<(Vec<u32>, Offsets), PromptError> {
         let enc = self.inner.encode(text, false).map_err(|e| self.tokenize_error("encoding", e))?;
         let mut ids = enc.get_ids().to_vec();
         let mut offsets = enc.get_offsets().to_vec();
