@@ -64,11 +64,11 @@ pub enum CaseError {
         reason: String,
     },
     /// An input row of an importer is unusable.
-    #[error("{source_name} row {row}: {reason}")]
+    #[error("{source_name} line {row}: {reason}")]
     ImportRow {
         /// File being imported.
         source_name: String,
-        /// 1-based row (line for JSONL, record for CSV, header excluded).
+        /// 1-based line on which the row starts.
         row: usize,
         /// What is wrong.
         reason: String,
