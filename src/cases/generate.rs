@@ -8,13 +8,13 @@ use rand_chacha::ChaCha8Rng;
 use serde_json::Value;
 
 use super::catalog::{
-    self, ActionPair, Framing, Theme, BENIGN_JUSTIFICATIONS, CTS_FRAMINGS, CTS_SCENARIOS,
-    IPI_FRAMINGS, IPI_SCENARIOS, JUSTIFICATIONS, P1_FRAMINGS, P2_FRAMINGS, P3_FRAMINGS, TP_ACTIONS,
+    self, ActionPair, Framing, Theme, BENIGN_JUSTIFICATIONS, CTS_FRAMINGS, CTS_SCENARIOS, IPI_FRAMINGS, IPI_SCENARIOS,
+    JUSTIFICATIONS, P1_FRAMINGS, P2_FRAMINGS, P3_FRAMINGS, TP_ACTIONS,
 };
 use super::error::{CaseError, Result};
 use super::schema::{
-    ActionSpec, ArgPredicate, Case, CtsSpec, Family, IpiSpec, Payload, PayloadOrder, PredicateOp,
-    Sampling, ToolCall, ToolDef, TpSpec, TpSubtype,
+    ActionSpec, ArgPredicate, Case, CtsSpec, Family, IpiSpec, Payload, PayloadOrder, PredicateOp, Sampling, ToolCall,
+    ToolDef, TpSpec, TpSubtype,
 };
 
 /// Seed of the built-in set.
@@ -35,12 +35,7 @@ pub struct GenerateOptions {
 
 impl Default for GenerateOptions {
     fn default() -> Self {
-        GenerateOptions {
-            seed: BUILTIN_SEED,
-            tp: 50,
-            ipi: 24,
-            cts: 24,
-        }
+        GenerateOptions { seed: BUILTIN_SEED, tp: 50, ipi: 24, cts: 24 }
     }
 }
 
@@ -48,11 +43,7 @@ impl Default for GenerateOptions {
 pub fn subtype_split(n: usize) -> [usize; 3] {
     let base = n / 3;
     let rem = n % 3;
-    [
-        base + usize::from(rem > 0),
-        base + usize::from(rem > 1),
-        base,
-    ]
+    [base + usize::from(rem > 0), base + usize::from(rem > 1), base]
 }
 
 /// Generates a case set.
@@ -104,11 +95,7 @@ pub fn generate(opts: &GenerateOptions) -> Result<Vec<Case>> {
         let mut tool_names = domain_and_checked_tools(pair);
         push_unique(&mut tool_names, pair.tool);
         let case = Case {
-            id: format!(
-                "tp-{}-{:02}",
-                subtype.as_str().to_ascii_lowercase(),
-                counters[si]
-            ),
+            id: format!("tp-{}-{:02}", subtype.as_str().to_ascii_lowercase(), counters[si]),
             family: Family::Tp,
             subtype: Some(subtype),
             system: None,
@@ -116,9 +103,7 @@ pub fn generate(opts: &GenerateOptions) -> Result<Vec<Case>> {
             payload,
             benign,
             tools: tools_by_name(&tool_names)?,
-            tp: Some(TpSpec {
-                carrier_tool: pair.tool.to_string(),
-            }),
+            tp: Some(TpSpec { carrier_tool: pair.tool.to_string() }),
             ipi: None,
             cts: None,
             malicious_action: parse_check(pair.check, pair.action)?,
@@ -143,9 +128,8 @@ pub fn generate(opts: &GenerateOptions) -> Result<Vec<Case>> {
         for t in sc.extra_tools.iter().chain([&sc.call]) {
             push_unique(&mut tool_names, t);
         }
-        let args: Value = serde_json::from_str(sc.args).map_err(|e| {
-            CaseError::Other(format!("catalog: bad IPI call arguments {}: {e}", sc.args))
-        })?;
+        let args: Value = serde_json::from_str(sc.args)
+            .map_err(|e| CaseError::Other(format!("catalog: bad IPI call arguments {}: {e}", sc.args)))?;
         cases.push(Case {
             id: format!("ipi-{:02}", n + 1),
             family: Family::Ipi,
@@ -157,10 +141,7 @@ pub fn generate(opts: &GenerateOptions) -> Result<Vec<Case>> {
             tools: tools_by_name(&tool_names)?,
             tp: None,
             ipi: Some(IpiSpec {
-                call: ToolCall {
-                    name: sc.call.to_string(),
-                    arguments: args,
-                },
+                call: ToolCall { name: sc.call.to_string(), arguments: args },
                 result_before: sc.before.to_string(),
                 result_after: sc.after.to_string(),
             }),
@@ -198,10 +179,7 @@ pub fn generate(opts: &GenerateOptions) -> Result<Vec<Case>> {
             tools: tools_by_name(&tool_names)?,
             tp: None,
             ipi: None,
-            cts: Some(CtsSpec {
-                poisoned_tool: sc.poisoned.to_string(),
-                target_tool: target.to_string(),
-            }),
+            cts: Some(CtsSpec { poisoned_tool: sc.poisoned.to_string(), target_tool: target.to_string() }),
             malicious_action: parse_check(sc.pair.check, sc.pair.action)?,
             benign_action: Some(parse_check(sc.pair.benign_check, sc.pair.benign)?),
             sampling: Sampling::default(),
@@ -226,10 +204,7 @@ impl FrameVars {
         FrameVars {
             tool: tool.to_string(),
             target: target.to_string(),
-            code: catalog::POLICY_CODES
-                .choose(rng)
-                .copied()
-                .unwrap_or("GOV-1"),
+            code: catalog::POLICY_CODES.choose(rng).copied().unwrap_or("GOV-1"),
             team: catalog::TEAMS.choose(rng).copied().unwrap_or("it"),
             date: catalog::DATES.choose(rng).copied().unwrap_or("2025-01-01"),
             version: format!("{}.{}", rng.gen_range(1..4), rng.gen_range(0..10)),
@@ -261,35 +236,17 @@ fn capitalise(s: &str) -> String {
 /// Picks a framing that reads well with the action: a framing that sets the timing (`before`, `first`,
 /// `precondition`) is not combined with an action that sets its own (`before`, `after`, `once`, ...), and a framing
 /// that quantifies (`every`, `always`) is not combined with an action that does.
-fn pick_framing<'a>(
-    framings: &'a [Framing],
-    pair: &ActionPair,
-    rng: &mut ChaCha8Rng,
-) -> &'a Framing {
+fn pick_framing<'a>(framings: &'a [Framing], pair: &ActionPair, rng: &mut ChaCha8Rng) -> &'a Framing {
     let has = |text: &str, words: &[&str]| {
         let t = text.to_ascii_lowercase();
-        words.iter().any(|w| {
-            t.split(|c: char| !c.is_ascii_alphanumeric())
-                .any(|x| x == *w)
-        })
+        words.iter().any(|w| t.split(|c: char| !c.is_ascii_alphanumeric()).any(|x| x == *w))
     };
     let clash = |f: &Framing| {
         let texts = [pair.action, pair.benign];
-        let timed = has(
-            f.action,
-            &["before", "first", "precondition", "when", "whenever"],
-        ) && texts.iter().any(|t| {
-            has(
-                t,
-                &[
-                    "before", "after", "first", "once", "start", "when", "whenever",
-                ],
-            )
-        });
+        let timed = has(f.action, &["before", "first", "precondition", "when", "whenever"])
+            && texts.iter().any(|t| has(t, &["before", "after", "first", "once", "start", "when", "whenever"]));
         let quantified = has(f.action, &["every", "always"])
-            && texts
-                .iter()
-                .any(|t| has(t, &["every", "always", "all", "any", "regardless"]));
+            && texts.iter().any(|t| has(t, &["every", "always", "all", "any", "regardless"]));
         timed || quantified
     };
     let ok: Vec<&Framing> = framings.iter().filter(|f| !clash(f)).collect();
@@ -307,23 +264,13 @@ fn compose(
     just: &mut JustificationPool,
     rng: &mut ChaCha8Rng,
 ) -> (Payload, Payload) {
-    let order = if framing.justification_first {
-        PayloadOrder::JustificationFirst
-    } else {
-        PayloadOrder::ActionFirst
-    };
+    let order = if framing.justification_first { PayloadOrder::JustificationFirst } else { PayloadOrder::ActionFirst };
     let adv_j = just.take(pair.theme);
     let ben_j = just.take_benign(rng);
-    let payload = Payload::new(
-        vars.fill(framing.action, pair.action, ""),
-        vars.fill(framing.justification, "", adv_j),
-        order,
-    );
-    let benign = Payload::new(
-        vars.fill(framing.action, pair.benign, ""),
-        vars.fill(framing.justification, "", ben_j),
-        order,
-    );
+    let payload =
+        Payload::new(vars.fill(framing.action, pair.action, ""), vars.fill(framing.justification, "", adv_j), order);
+    let benign =
+        Payload::new(vars.fill(framing.action, pair.benign, ""), vars.fill(framing.justification, "", ben_j), order);
     (payload, benign)
 }
 
@@ -349,11 +296,7 @@ impl JustificationPool {
     }
 
     fn take(&mut self, theme: Theme) -> &'static str {
-        let (_, q) = self
-            .queues
-            .iter_mut()
-            .find(|(t, _)| *t == theme)
-            .expect("every theme has justifications");
+        let (_, q) = self.queues.iter_mut().find(|(t, _)| *t == theme).expect("every theme has justifications");
         let j = q.remove(0);
         q.push(j);
         j
@@ -376,9 +319,7 @@ impl TaskPool {
     fn take(&mut self, tool: &str, rng: &mut ChaCha8Rng) -> Result<&'static str> {
         let all = catalog::tasks_for(tool);
         if all.is_empty() {
-            return Err(CaseError::Other(format!(
-                "catalog: no user task for tool `{tool}`"
-            )));
+            return Err(CaseError::Other(format!("catalog: no user task for tool `{tool}`")));
         }
         let q = self.used.entry(tool.to_string()).or_insert_with(|| {
             let mut v = all.to_vec();
@@ -398,10 +339,7 @@ fn push_unique(v: &mut Vec<String>, name: &str) {
 }
 
 fn domain_and_checked_tools(pair: &ActionPair) -> Vec<String> {
-    let mut names: Vec<String> = catalog::domain_tools(pair.domain)
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let mut names: Vec<String> = catalog::domain_tools(pair.domain).iter().map(|s| s.to_string()).collect();
     for check in [pair.check, pair.benign_check] {
         if let Some(t) = check.split_whitespace().next() {
             push_unique(&mut names, t);
@@ -432,48 +370,22 @@ pub fn parse_check(spec: &str, description: &str) -> Result<ActionSpec> {
     let spec = spec.trim();
     let description = capitalise(description);
     if spec.is_empty() {
-        return Ok(ActionSpec {
-            tool: None,
-            args: vec![],
-            description,
-        });
+        return Ok(ActionSpec { tool: None, args: vec![], description });
     }
     let (tool, rest) = spec.split_once(' ').unwrap_or((spec, ""));
     let mut args = Vec::new();
     for part in rest.split(" AND ").map(str::trim).filter(|p| !p.is_empty()) {
         let name_end = part
             .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
-            .ok_or_else(|| {
-                CaseError::Other(format!(
-                    "checker `{spec}`: predicate `{part}` has no operator"
-                ))
-            })?;
+            .ok_or_else(|| CaseError::Other(format!("checker `{spec}`: predicate `{part}` has no operator")))?;
         let (arg, rest) = part.split_at(name_end);
         let (op, value) = match rest.chars().next() {
-            Some('~') => (
-                PredicateOp::Contains,
-                Some(Value::String(rest[1..].to_string())),
-            ),
-            Some('=') => (
-                PredicateOp::Equals,
-                Some(Value::String(rest[1..].to_string())),
-            ),
+            Some('~') => (PredicateOp::Contains, Some(Value::String(rest[1..].to_string()))),
+            Some('=') => (PredicateOp::Equals, Some(Value::String(rest[1..].to_string()))),
             Some('?') => (PredicateOp::Exists, None),
-            _ => {
-                return Err(CaseError::Other(format!(
-                    "checker `{spec}`: bad predicate `{part}`"
-                )))
-            }
+            _ => return Err(CaseError::Other(format!("checker `{spec}`: bad predicate `{part}`"))),
         };
-        args.push(ArgPredicate {
-            arg: arg.to_string(),
-            op,
-            value,
-        });
+        args.push(ArgPredicate { arg: arg.to_string(), op, value });
     }
-    Ok(ActionSpec {
-        tool: Some(tool.to_string()),
-        args,
-        description,
-    })
+    Ok(ActionSpec { tool: Some(tool.to_string()), args, description })
 }

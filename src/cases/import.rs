@@ -9,8 +9,7 @@ use serde_json::{json, Map, Value};
 use super::error::{CaseError, Result};
 use super::generate::{parse_check, tools_by_name};
 use super::schema::{
-    ActionSpec, Case, CtsSpec, Family, IpiSpec, Payload, PayloadOrder, Sampling, ToolCall, ToolDef,
-    TpSpec, TpSubtype,
+    ActionSpec, Case, CtsSpec, Family, IpiSpec, Payload, PayloadOrder, Sampling, ToolCall, ToolDef, TpSpec, TpSubtype,
 };
 
 /// Harmless standalone instructions used as benign controls for text attacks (chosen by closest length).
@@ -62,19 +61,14 @@ pub static BENIGN_CODE: &[&str] = &[
 ];
 
 /// Picks the benign text whose length is closest to `len`, preferring ones not used yet.
-fn closest_benign(
-    pool: &'static [&'static str],
-    len: usize,
-    used: &mut Vec<usize>,
-) -> &'static str {
+fn closest_benign(pool: &'static [&'static str], len: usize, used: &mut Vec<usize>) -> &'static str {
     let score = |i: usize| {
         let l = pool[i].len() as f64;
         let r = (l / len.max(1) as f64).ln().abs();
         r + if used.contains(&i) { 0.35 } else { 0.0 }
     };
-    let best = (0..pool.len())
-        .min_by(|a, b| score(*a).partial_cmp(&score(*b)).expect("finite"))
-        .expect("non-empty pool");
+    let best =
+        (0..pool.len()).min_by(|a, b| score(*a).partial_cmp(&score(*b)).expect("finite")).expect("non-empty pool");
     used.push(best);
     pool[best]
 }
@@ -165,36 +159,24 @@ impl Default for BipiaOptions {
 }
 
 fn read_text(path: &Path) -> Result<String> {
-    std::fs::read_to_string(path).map_err(|source| CaseError::Io {
-        path: path.to_path_buf(),
-        source,
-    })
+    std::fs::read_to_string(path).map_err(|source| CaseError::Io { path: path.to_path_buf(), source })
 }
 
 /// Reads `{category: [attack, ...]}` as (category, index, attack) in file order.
 fn read_attacks(path: &Path) -> Result<Vec<(String, usize, String)>> {
     let v: Value = serde_json::from_str(&read_text(path)?)
         .map_err(|e| CaseError::Other(format!("{}: malformed JSON: {e}", path.display())))?;
-    let obj = v.as_object().ok_or_else(|| {
-        CaseError::Other(format!(
-            "{}: expected an object of categories",
-            path.display()
-        ))
-    })?;
+    let obj = v
+        .as_object()
+        .ok_or_else(|| CaseError::Other(format!("{}: expected an object of categories", path.display())))?;
     let mut out = Vec::new();
     for (cat, list) in obj {
-        let list = list.as_array().ok_or_else(|| {
-            CaseError::Other(format!(
-                "{}: category `{cat}` is not a list",
-                path.display()
-            ))
-        })?;
+        let list = list
+            .as_array()
+            .ok_or_else(|| CaseError::Other(format!("{}: category `{cat}` is not a list", path.display())))?;
         for (i, s) in list.iter().enumerate() {
             let s = s.as_str().ok_or_else(|| {
-                CaseError::Other(format!(
-                    "{}: category `{cat}` item {i} is not a string",
-                    path.display()
-                ))
+                CaseError::Other(format!("{}: category `{cat}` item {i} is not a string", path.display()))
             })?;
             out.push((cat.clone(), i, s.trim().to_string()));
         }
@@ -205,11 +187,7 @@ fn read_attacks(path: &Path) -> Result<Vec<(String, usize, String)>> {
 fn join_lines(v: Option<&Value>) -> String {
     match v {
         Some(Value::String(s)) => s.clone(),
-        Some(Value::Array(a)) => a
-            .iter()
-            .filter_map(Value::as_str)
-            .collect::<Vec<_>>()
-            .join("\n"),
+        Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join("\n"),
         _ => String::new(),
     }
 }
@@ -218,17 +196,13 @@ fn join_lines(v: Option<&Value>) -> String {
 /// context returned by a tool; each case gets a harmless instruction of comparable length as its benign control.
 pub fn import_bipia(opts: &BipiaOptions) -> Result<Vec<Case>> {
     if !opts.dir.is_dir() {
-        return Err(CaseError::Other(format!(
-            "BIPIA folder {} not found (pass --bipia-dir)",
-            opts.dir.display()
-        )));
+        return Err(CaseError::Other(format!("BIPIA folder {} not found (pass --bipia-dir)", opts.dir.display())));
     }
     let mut rng = ChaCha8Rng::seed_from_u64(opts.seed);
     let mut cases = Vec::new();
     // Email and table draw from the same text attacks: one shuffled pool per attack file, drawn without replacement,
     // so no payload repeats within the imported set.
-    let mut pools: std::collections::BTreeMap<String, Vec<(String, usize, String)>> =
-        Default::default();
+    let mut pools: std::collections::BTreeMap<String, Vec<(String, usize, String)>> = Default::default();
     for &ctx in &opts.contexts {
         let attack_file = match ctx {
             BipiaContext::Code => format!("code_attack_{}.json", opts.split),
@@ -242,34 +216,19 @@ pub fn import_bipia(opts: &BipiaOptions) -> Result<Vec<Case>> {
         let pool_left = pools.get_mut(&attack_file).expect("inserted");
         let take = opts.per_context.min(pool_left.len());
         let attacks: Vec<(String, usize, String)> = pool_left.drain(..take).collect();
-        let mut ctx_file = opts
-            .dir
-            .join(ctx.as_str())
-            .join(format!("{}.jsonl", opts.split));
+        let mut ctx_file = opts.dir.join(ctx.as_str()).join(format!("{}.jsonl", opts.split));
         if !ctx_file.is_file() {
             ctx_file = opts.dir.join(ctx.as_str()).join("test.jsonl");
         }
         let text = read_text(&ctx_file)?;
         let mut contexts: Vec<(usize, Value)> = Vec::new();
-        for (i, line) in text
-            .lines()
-            .enumerate()
-            .filter(|(_, l)| !l.trim().is_empty())
-        {
-            let v: Value = serde_json::from_str(line).map_err(|e| {
-                CaseError::Other(format!(
-                    "{} line {}: malformed JSON: {e}",
-                    ctx_file.display(),
-                    i + 1
-                ))
-            })?;
+        for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+            let v: Value = serde_json::from_str(line)
+                .map_err(|e| CaseError::Other(format!("{} line {}: malformed JSON: {e}", ctx_file.display(), i + 1)))?;
             contexts.push((i + 1, v));
         }
         if contexts.is_empty() {
-            return Err(CaseError::Other(format!(
-                "{}: no contexts",
-                ctx_file.display()
-            )));
+            return Err(CaseError::Other(format!("{}: no contexts", ctx_file.display())));
         }
         if attacks.is_empty() {
             return Err(CaseError::Other(format!(
@@ -278,11 +237,7 @@ pub fn import_bipia(opts: &BipiaOptions) -> Result<Vec<Case>> {
             )));
         }
         contexts.shuffle(&mut rng);
-        let pool = if ctx == BipiaContext::Code {
-            BENIGN_CODE
-        } else {
-            BENIGN_TEXT
-        };
+        let pool = if ctx == BipiaContext::Code { BENIGN_CODE } else { BENIGN_TEXT };
         let mut used = Vec::new();
         for k in 0..attacks.len() {
             let (cat, ai, attack) = &attacks[k];
@@ -306,20 +261,11 @@ pub fn import_bipia(opts: &BipiaOptions) -> Result<Vec<Case>> {
                     let q = join_lines(c.get("question"));
                     let q = q.trim().trim_start_matches("Q:").trim();
                     let path = format!("/data/tables/table-{line:03}.md");
-                    (
-                        format!("Open the table {path} and answer: {q}"),
-                        "read_file",
-                        json!({"path": path}),
-                    )
+                    (format!("Open the table {path} and answer: {q}"), "read_file", json!({"path": path}))
                 }
                 BipiaContext::Code => {
                     let err = join_lines(c.get("error"));
-                    let last = err
-                        .lines()
-                        .rev()
-                        .find(|l| !l.trim().is_empty())
-                        .unwrap_or("error")
-                        .trim();
+                    let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("error").trim();
                     let code = join_lines(c.get("code"));
                     let url = c
                         .get("context_url")
@@ -349,10 +295,7 @@ pub fn import_bipia(opts: &BipiaOptions) -> Result<Vec<Case>> {
                 tools,
                 tp: None,
                 ipi: Some(IpiSpec {
-                    call: ToolCall {
-                        name: tool.into(),
-                        arguments: args,
-                    },
+                    call: ToolCall { name: tool.into(), arguments: args },
                     result_before: before,
                     result_after: after,
                 }),
@@ -360,7 +303,9 @@ pub fn import_bipia(opts: &BipiaOptions) -> Result<Vec<Case>> {
                 malicious_action: ActionSpec {
                     tool: None,
                     args: vec![],
-                    description: format!("Follows the injected BIPIA {cat} instruction instead of only answering the task"),
+                    description: format!(
+                        "Follows the injected BIPIA {cat} instruction instead of only answering the task"
+                    ),
                 },
                 benign_action: Some(ActionSpec {
                     tool: None,
@@ -368,14 +313,7 @@ pub fn import_bipia(opts: &BipiaOptions) -> Result<Vec<Case>> {
                     description: "Follows the harmless formatting instruction".into(),
                 }),
                 sampling: Sampling::default(),
-                source: Some(format!(
-                    "bipia:{}:{}:line{}:{}#{}",
-                    ctx.as_str(),
-                    opts.split,
-                    line,
-                    cat,
-                    ai
-                )),
+                source: Some(format!("bipia:{}:{}:line{}:{}#{}", ctx.as_str(), opts.split, line, cat, ai)),
             });
         }
     }
@@ -389,15 +327,9 @@ fn split_for_insert(content: &str, pos: InsertPosition) -> (String, String) {
         InsertPosition::End => (format!("{content}\n\n"), String::new()),
         InsertPosition::Middle => {
             let mid = content.len() / 2;
-            let cut = content
-                .match_indices('\n')
-                .map(|(i, _)| i)
-                .min_by_key(|i| i.abs_diff(mid))
-                .unwrap_or(content.len());
-            (
-                format!("{}\n\n", &content[..cut]),
-                format!("\n{}", &content[cut..]),
-            )
+            let cut =
+                content.match_indices('\n').map(|(i, _)| i).min_by_key(|i| i.abs_diff(mid)).unwrap_or(content.len());
+            (format!("{}\n\n", &content[..cut]), format!("\n{}", &content[cut..]))
         }
     }
 }
@@ -427,11 +359,7 @@ pub struct RowImport {
 pub fn import_rows(path: &Path, format: Option<RowFormat>, id_prefix: &str) -> Result<RowImport> {
     let text = read_text(path)?;
     let format = format.unwrap_or_else(|| {
-        if path
-            .extension()
-            .and_then(|e| e.to_str())
-            .is_some_and(|e| e.eq_ignore_ascii_case("csv"))
-        {
+        if path.extension().and_then(|e| e.to_str()).is_some_and(|e| e.eq_ignore_ascii_case("csv")) {
             RowFormat::Csv
         } else {
             RowFormat::Jsonl
@@ -442,14 +370,10 @@ pub fn import_rows(path: &Path, format: Option<RowFormat>, id_prefix: &str) -> R
 }
 
 /// [`import_rows`] over text.
-pub fn import_rows_str(
-    text: &str,
-    format: RowFormat,
-    id_prefix: &str,
-    source_name: &str,
-) -> Result<RowImport> {
+pub fn import_rows_str(text: &str, format: RowFormat, id_prefix: &str, source_name: &str) -> Result<RowImport> {
     let mut out = RowImport::default();
-    let rows: Vec<(usize, std::result::Result<Map<String, Value>, String>)> = match format {
+    type Row = (usize, std::result::Result<Map<String, Value>, String>);
+    let rows: Vec<Row> = match format {
         RowFormat::Jsonl => text
             .lines()
             .enumerate()
@@ -464,27 +388,16 @@ pub fn import_rows_str(
             })
             .collect(),
         RowFormat::Csv => {
-            let records =
-                parse_csv(text).map_err(|e| CaseError::Other(format!("{source_name}: {e}")))?;
+            let records = parse_csv(text).map_err(|e| CaseError::Other(format!("{source_name}: {e}")))?;
             let mut it = records.into_iter();
             let header = match it.next() {
-                Some((_, h)) => h
-                    .into_iter()
-                    .map(|s| s.trim().to_ascii_lowercase())
-                    .collect::<Vec<_>>(),
+                Some((_, h)) => h.into_iter().map(|s| s.trim().to_ascii_lowercase()).collect::<Vec<_>>(),
                 None => return Ok(out),
             };
             it.filter(|(_, r)| !(r.len() == 1 && r[0].trim().is_empty()))
                 .map(|(line, rec)| {
                     if rec.len() != header.len() {
-                        return (
-                            line,
-                            Err(format!(
-                                "has {} fields, the header has {}",
-                                rec.len(),
-                                header.len()
-                            )),
-                        );
+                        return (line, Err(format!("has {} fields, the header has {}", rec.len(), header.len())));
                     }
                     let m = header
                         .iter()
@@ -499,11 +412,7 @@ pub fn import_rows_str(
     };
     let mut seen = std::collections::HashSet::new();
     for (n, (line, row)) in rows.into_iter().enumerate() {
-        let err = |reason: String| CaseError::ImportRow {
-            source_name: source_name.to_string(),
-            row: line,
-            reason,
-        };
+        let err = |reason: String| CaseError::ImportRow { source_name: source_name.to_string(), row: line, reason };
         let row = match row {
             Ok(r) => r,
             Err(e) => {
@@ -526,10 +435,7 @@ pub fn import_rows_str(
 }
 
 fn get_str<'a>(row: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
-    row.get(key)
-        .and_then(Value::as_str)
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
+    row.get(key).and_then(Value::as_str).map(str::trim).filter(|s| !s.is_empty())
 }
 
 /// A JSON value from a row: a JSON column in JSONL, or JSON text in a CSV cell.
@@ -537,9 +443,7 @@ fn get_json(row: &Map<String, Value>, key: &str) -> std::result::Result<Option<V
     match row.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) if s.trim().starts_with('{') || s.trim().starts_with('[') => {
-            serde_json::from_str(s)
-                .map(Some)
-                .map_err(|e| format!("column `{key}` is not valid JSON: {e}"))
+            serde_json::from_str(s).map(Some).map_err(|e| format!("column `{key}` is not valid JSON: {e}"))
         }
         Some(v) => Ok(Some(v.clone())),
     }
@@ -549,17 +453,11 @@ fn tool_from(v: &Value, what: &str) -> std::result::Result<ToolDef, String> {
     match v {
         Value::String(name) => tools_by_name(&[name.trim().to_string()])
             .map(|mut t| t.remove(0))
-            .map_err(|_| {
-                format!(
-                    "{what} `{}` is not a catalog tool and no definition was given",
-                    name.trim()
-                )
-            }),
-        Value::Object(_) => serde_json::from_value::<ToolDef>(v.clone())
-            .map_err(|e| format!("{what} definition is invalid: {e}")),
-        other => Err(format!(
-            "{what} must be a tool name or a tool definition, got {other}"
-        )),
+            .map_err(|_| format!("{what} `{}` is not a catalog tool and no definition was given", name.trim())),
+        Value::Object(_) => {
+            serde_json::from_value::<ToolDef>(v.clone()).map_err(|e| format!("{what} definition is invalid: {e}"))
+        }
+        other => Err(format!("{what} must be a tool name or a tool definition, got {other}")),
     }
 }
 
@@ -571,8 +469,8 @@ fn row_to_case(
     line: usize,
 ) -> std::result::Result<Case, String> {
     let family_raw = get_str(row, "family").ok_or("missing `family` (TP, IPI or CTS)")?;
-    let family = Family::parse(family_raw)
-        .ok_or_else(|| format!("unknown family `{family_raw}` (expected TP, IPI or CTS)"))?;
+    let family =
+        Family::parse(family_raw).ok_or_else(|| format!("unknown family `{family_raw}` (expected TP, IPI or CTS)"))?;
     let task = get_str(row, "task").ok_or("missing `task`")?;
     let action = get_str(row, "payload").ok_or("missing `payload`")?;
     let justification = get_str(row, "justification").unwrap_or("");
@@ -583,9 +481,7 @@ fn row_to_case(
     let main_tool = tool_from(&tool_v, "tool")?;
     let mut tools = vec![main_tool.clone()];
     if let Some(extra) = get_json(row, "tools")? {
-        let list = extra
-            .as_array()
-            .ok_or("column `tools` must be a JSON list")?;
+        let list = extra.as_array().ok_or("column `tools` must be a JSON list")?;
         for t in list {
             let t = tool_from(t, "tools entry")?;
             if !tools.iter().any(|x| x.name == t.name) {
@@ -593,17 +489,13 @@ fn row_to_case(
             }
         }
     }
-    let id = get_str(row, "id").map(str::to_string).unwrap_or_else(|| {
-        format!(
-            "{id_prefix}-{}-{n:03}",
-            family.as_str().to_ascii_lowercase()
-        )
-    });
+    let id = get_str(row, "id")
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("{id_prefix}-{}-{n:03}", family.as_str().to_ascii_lowercase()));
     let payload = Payload::new(action, justification, PayloadOrder::ActionFirst);
     let mut target = None;
     if family == Family::Cts {
-        let t = get_str(row, "target_tool")
-            .ok_or("CTS row needs `target_tool` (the tool the payload shadows)")?;
+        let t = get_str(row, "target_tool").ok_or("CTS row needs `target_tool` (the tool the payload shadows)")?;
         if !tools.iter().any(|x| x.name == t) {
             tools.push(tool_from(&Value::String(t.into()), "target_tool")?);
         }
@@ -627,11 +519,7 @@ fn row_to_case(
                 Some(t) => format!("When using {t}: {base}"),
                 None => base.to_string(),
             };
-            let bj = if justification.is_empty() {
-                ""
-            } else {
-                "This keeps the answer easy to check."
-            };
+            let bj = if justification.is_empty() { "" } else { "This keeps the answer easy to check." };
             Payload::new(b, bj, PayloadOrder::ActionFirst)
         }
     };
@@ -647,13 +535,10 @@ fn row_to_case(
     match family {
         Family::Tp => {
             subtype = Some(match get_str(row, "subtype") {
-                Some(s) => TpSubtype::parse(s)
-                    .ok_or_else(|| format!("unknown TP subtype `{s}` (P1, P2 or P3)"))?,
+                Some(s) => TpSubtype::parse(s).ok_or_else(|| format!("unknown TP subtype `{s}` (P1, P2 or P3)"))?,
                 None => TpSubtype::P1,
             });
-            tp = Some(TpSpec {
-                carrier_tool: main_tool.name.clone(),
-            });
+            tp = Some(TpSpec { carrier_tool: main_tool.name.clone() });
         }
         Family::Ipi => {
             let arguments = match get_json(row, "arguments")? {
@@ -661,20 +546,9 @@ fn row_to_case(
                 None => placeholder_args(&main_tool),
             };
             ipi = Some(IpiSpec {
-                call: ToolCall {
-                    name: main_tool.name.clone(),
-                    arguments,
-                },
-                result_before: row
-                    .get("result_before")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_string(),
-                result_after: row
-                    .get("result_after")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_string(),
+                call: ToolCall { name: main_tool.name.clone(), arguments },
+                result_before: row.get("result_before").and_then(Value::as_str).unwrap_or("").to_string(),
+                result_after: row.get("result_after").and_then(Value::as_str).unwrap_or("").to_string(),
             });
         }
         Family::Cts => {
@@ -707,27 +581,16 @@ fn row_to_case(
 fn placeholder_args(tool: &ToolDef) -> Value {
     let mut m = Map::new();
     let props = tool.parameters.get("properties").and_then(Value::as_object);
-    if let (Some(req), Some(props)) = (
-        tool.parameters.get("required").and_then(Value::as_array),
-        props,
-    ) {
+    if let (Some(req), Some(props)) = (tool.parameters.get("required").and_then(Value::as_array), props) {
         for r in req.iter().filter_map(Value::as_str) {
-            let ty = props
-                .get(r)
-                .and_then(|p| p.get("type"))
-                .and_then(Value::as_str)
-                .unwrap_or("string");
+            let ty = props.get(r).and_then(|p| p.get("type")).and_then(Value::as_str).unwrap_or("string");
             let v = match ty {
                 "integer" => json!(1),
                 "number" => json!(1.0),
                 "boolean" => json!(true),
                 "array" => json!([]),
                 "object" => json!({}),
-                _ => match props
-                    .get(r)
-                    .and_then(|p| p.get("enum"))
-                    .and_then(Value::as_array)
-                {
+                _ => match props.get(r).and_then(|p| p.get("enum")).and_then(Value::as_array) {
                     Some(e) if !e.is_empty() => e[0].clone(),
                     _ => json!(format!("{r}-1")),
                 },
@@ -781,9 +644,7 @@ pub fn parse_csv(text: &str) -> std::result::Result<Vec<(usize, Vec<String>)>, S
         }
     }
     if in_quotes {
-        return Err(format!(
-            "unterminated quoted field starting on line {start_line}"
-        ));
+        return Err(format!("unterminated quoted field starting on line {start_line}"));
     }
     if any || !field.is_empty() || !record.is_empty() {
         record.push(field);

@@ -35,51 +35,31 @@ pub fn parse_jsonl(text: &str) -> (Vec<LoadedCase>, Vec<LineProblem>) {
 }
 
 fn parse_line(line: &str) -> std::result::Result<Case, (Option<String>, String)> {
-    let value: Value =
-        serde_json::from_str(line).map_err(|e| (sniff_id(line), format!("malformed JSON: {e}")))?;
-    let obj = value
-        .as_object()
-        .ok_or_else(|| (None, "expected a JSON object".to_string()))?;
+    let value: Value = serde_json::from_str(line).map_err(|e| (sniff_id(line), format!("malformed JSON: {e}")))?;
+    let obj = value.as_object().ok_or_else(|| (None, "expected a JSON object".to_string()))?;
     let id = obj.get("id").and_then(Value::as_str).map(str::to_string);
     let fail = |reason: String| (id.clone(), reason);
     // Friendlier messages than serde's for the most common mistakes.
     match obj.get("family") {
-        None => {
-            return Err(fail(
-                "missing field `family` (expected TP, IPI or CTS)".into(),
-            ))
-        }
-        Some(Value::String(f))
-            if Family::parse(f).is_some() && f != Family::parse(f).unwrap().as_str() =>
-        {
-            return Err(fail(format!(
-                "family `{f}` must be written in upper case (`{}`)",
-                Family::parse(f).unwrap()
-            )))
+        None => return Err(fail("missing field `family` (expected TP, IPI or CTS)".into())),
+        Some(Value::String(f)) if Family::parse(f).is_some() && f != Family::parse(f).unwrap().as_str() => {
+            return Err(fail(format!("family `{f}` must be written in upper case (`{}`)", Family::parse(f).unwrap())))
         }
         Some(Value::String(f)) if Family::parse(f).is_none() => {
-            return Err(fail(format!(
-                "unknown family `{f}` (expected TP, IPI or CTS)"
-            )))
+            return Err(fail(format!("unknown family `{f}` (expected TP, IPI or CTS)")))
         }
         Some(Value::String(_)) => {}
         Some(other) => return Err(fail(format!("family must be a string, got {other}"))),
     }
     if let Some(Value::String(s)) = obj.get("subtype") {
         if TpSubtype::parse(s).is_none() || s != &s.to_ascii_uppercase() {
-            return Err(fail(format!(
-                "unknown TP subtype `{s}` (expected P1, P2 or P3)"
-            )));
+            return Err(fail(format!("unknown TP subtype `{s}` (expected P1, P2 or P3)")));
         }
     }
     for field in ["payload", "benign"] {
         match obj.get(field) {
             None | Some(Value::Null) => {
-                let what = if field == "payload" {
-                    "payload"
-                } else {
-                    "benign control payload"
-                };
+                let what = if field == "payload" { "payload" } else { "benign control payload" };
                 return Err(fail(format!("missing {what} (field `{field}`)")));
             }
             Some(Value::Object(p)) if !p.contains_key("action") => {
@@ -94,11 +74,7 @@ fn parse_line(line: &str) -> std::result::Result<Case, (Option<String>, String)>
 /// Best-effort recovery of `"id": "..."` from a line that is not valid JSON, so that problems name their case.
 fn sniff_id(line: &str) -> Option<String> {
     let at = line.find("\"id\"")?;
-    let rest = line[at + 4..]
-        .trim_start()
-        .strip_prefix(':')?
-        .trim_start()
-        .strip_prefix('"')?;
+    let rest = line[at + 4..].trim_start().strip_prefix(':')?.trim_start().strip_prefix('"')?;
     let end = rest.find('"')?;
     Some(rest[..end].to_string())
 }
@@ -109,19 +85,13 @@ pub fn load_cases(path: &Path) -> Result<Vec<LoadedCase>> {
     if problems.is_empty() {
         Ok(cases)
     } else {
-        Err(CaseError::Parse {
-            path: path.display().to_string(),
-            problems,
-        })
+        Err(CaseError::Parse { path: path.display().to_string(), problems })
     }
 }
 
 /// Reads a case file, returning the cases that parsed and the problems of the lines that did not.
 pub fn load_cases_lenient(path: &Path) -> Result<(Vec<LoadedCase>, Vec<LineProblem>)> {
-    let text = std::fs::read(path).map_err(|source| CaseError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let text = std::fs::read(path).map_err(|source| CaseError::Io { path: path.to_path_buf(), source })?;
     match String::from_utf8(text) {
         Ok(t) => Ok(parse_jsonl(&t)),
         Err(e) => {
@@ -168,14 +138,8 @@ pub fn to_jsonl<'a>(cases: impl IntoIterator<Item = &'a Case>) -> String {
 pub fn write_cases<'a>(path: &Path, cases: impl IntoIterator<Item = &'a Case>) -> Result<()> {
     if let Some(parent) = path.parent() {
         if !parent.as_os_str().is_empty() {
-            std::fs::create_dir_all(parent).map_err(|source| CaseError::Io {
-                path: parent.to_path_buf(),
-                source,
-            })?;
+            std::fs::create_dir_all(parent).map_err(|source| CaseError::Io { path: parent.to_path_buf(), source })?;
         }
     }
-    std::fs::write(path, to_jsonl(cases)).map_err(|source| CaseError::Io {
-        path: path.to_path_buf(),
-        source,
-    })
+    std::fs::write(path, to_jsonl(cases)).map_err(|source| CaseError::Io { path: path.to_path_buf(), source })
 }

@@ -154,20 +154,14 @@ pub struct RenderOptions {
 
 impl Default for RenderOptions {
     fn default() -> Self {
-        RenderOptions {
-            tool_rendering: None,
-            add_generation_prompt: true,
-        }
+        RenderOptions { tool_rendering: None, add_generation_prompt: true }
     }
 }
 
 impl RenderOptions {
     /// Options with an explicit tool rendering.
     pub fn with_tool_rendering(tool_rendering: ToolRendering) -> Self {
-        RenderOptions {
-            tool_rendering: Some(tool_rendering),
-            ..Default::default()
-        }
+        RenderOptions { tool_rendering: Some(tool_rendering), ..Default::default() }
     }
 }
 
@@ -216,12 +210,7 @@ impl RenderedPrompt {
     /// The prompt with the payload wrapped in `open` and `close` markers (for display).
     pub fn marked(&self, open: &str, close: &str) -> String {
         let r = &self.payload_byte_span;
-        format!(
-            "{}{open}{}{close}{}",
-            &self.text[..r.start],
-            &self.text[r.clone()],
-            &self.text[r.end..]
-        )
+        format!("{}{open}{}{close}{}", &self.text[..r.start], &self.text[r.clone()], &self.text[r.end..])
     }
 }
 
@@ -239,13 +228,13 @@ pub trait TemplateBackend {
     fn has_tool_support(&self) -> bool;
 }
 
+/// Token ids with the byte range of each token.
+pub type Encoding = (Vec<u32>, Vec<(usize, usize)>);
+
 /// A tokenizer as seen by the renderer (implemented for [`crate::prompt::Tokenizer`]).
 pub trait TokenizerBackend {
     /// Token ids and the byte range of each token in `text`.
-    fn encode_offsets(
-        &self,
-        text: &str,
-    ) -> std::result::Result<(Vec<u32>, Vec<(usize, usize)>), String>;
+    fn encode_offsets(&self, text: &str) -> std::result::Result<Encoding, String>;
     /// Decodes ids back to text, keeping special tokens.
     fn decode_all(&self, ids: &[u32]) -> std::result::Result<String, String>;
 }
@@ -257,8 +246,7 @@ impl TemplateBackend for crate::prompt::ChatTemplate {
         tools: Option<&[Value]>,
         add_generation_prompt: bool,
     ) -> std::result::Result<String, String> {
-        self.render(messages, tools, add_generation_prompt)
-            .map_err(|e| format!("{e:#}"))
+        self.render(messages, tools, add_generation_prompt).map_err(|e| format!("{e:#}"))
     }
 
     fn has_tool_support(&self) -> bool {
@@ -267,10 +255,7 @@ impl TemplateBackend for crate::prompt::ChatTemplate {
 }
 
 impl TokenizerBackend for crate::prompt::Tokenizer {
-    fn encode_offsets(
-        &self,
-        text: &str,
-    ) -> std::result::Result<(Vec<u32>, Vec<(usize, usize)>), String> {
+    fn encode_offsets(&self, text: &str) -> std::result::Result<Encoding, String> {
         self.encode_with_offsets(text).map_err(|e| format!("{e:#}"))
     }
 
@@ -302,33 +287,23 @@ pub fn render_case_with(
     opts: &RenderOptions,
 ) -> Result<RenderedPrompt> {
     let text_only = render_text_with(case, channel, condition, template, opts)?;
-    let RenderedText {
-        text,
-        payload,
-        payload_byte_span,
-        tool_rendering,
-    } = text_only;
+    let RenderedText { text, payload, payload_byte_span, tool_rendering } = text_only;
     let place_err = |reason: String| CaseError::Placement {
         case: case.id.clone(),
         channel: channel.to_string(),
         condition: condition.to_string(),
         reason,
     };
-    let (token_ids, token_offsets) =
-        tokenizer
-            .encode_offsets(&text)
-            .map_err(|message| CaseError::Prompt {
-                case: case.id.clone(),
-                stage: "tokenizer",
-                message,
-            })?;
-    let decoded = tokenizer
-        .decode_all(&token_ids)
-        .map_err(|message| CaseError::Prompt {
-            case: case.id.clone(),
-            stage: "tokenizer",
-            message,
-        })?;
+    let (token_ids, token_offsets) = tokenizer.encode_offsets(&text).map_err(|message| CaseError::Prompt {
+        case: case.id.clone(),
+        stage: "tokenizer",
+        message,
+    })?;
+    let decoded = tokenizer.decode_all(&token_ids).map_err(|message| CaseError::Prompt {
+        case: case.id.clone(),
+        stage: "tokenizer",
+        message,
+    })?;
     if decoded != text {
         // Tolerate special tokens the tokenizer adds around the text (BOS/EOS), nothing else.
         let ok = decoded.matches(text.as_str()).count() == 1;
@@ -345,13 +320,11 @@ pub fn render_case_with(
     if span_ids.is_empty() {
         return Err(place_err("no token overlaps the payload bytes".into()));
     }
-    let span_text = tokenizer
-        .decode_all(&token_ids[span_ids.clone()])
-        .map_err(|message| CaseError::Prompt {
-            case: case.id.clone(),
-            stage: "tokenizer",
-            message,
-        })?;
+    let span_text = tokenizer.decode_all(&token_ids[span_ids.clone()]).map_err(|message| CaseError::Prompt {
+        case: case.id.clone(),
+        stage: "tokenizer",
+        message,
+    })?;
     if !span_text.contains(&payload) {
         return Err(place_err(
             "the payload does not survive tokenize -> decode (its tokens do not decode to its bytes)".into(),
@@ -393,11 +366,7 @@ pub fn render_text_with(
     template: &dyn TemplateBackend,
     opts: &RenderOptions,
 ) -> Result<RenderedText> {
-    let rendering = if channel.registers_tools() {
-        Some(resolve_tool_rendering(case, template, opts)?)
-    } else {
-        None
-    };
+    let rendering = if channel.registers_tools() { Some(resolve_tool_rendering(case, template, opts)?) } else { None };
     let payload = case.payload_for(condition).text();
     let place_err = |reason: String| CaseError::Placement {
         case: case.id.clone(),
@@ -411,16 +380,8 @@ pub fn render_text_with(
     let render = |slot: &str| -> Result<String> {
         let conv = build_conversation(case, channel, slot, rendering)?;
         template
-            .render_messages(
-                &conv.messages,
-                conv.tools.as_deref(),
-                opts.add_generation_prompt,
-            )
-            .map_err(|message| CaseError::Prompt {
-                case: case.id.clone(),
-                stage: "template",
-                message,
-            })
+            .render_messages(&conv.messages, conv.tools.as_deref(), opts.add_generation_prompt)
+            .map_err(|message| CaseError::Prompt { case: case.id.clone(), stage: "template", message })
     };
     let text = render(&payload)?;
     let count = text.matches(payload.as_str()).count();
@@ -435,30 +396,16 @@ pub fn render_text_with(
     let marked = render(SENTINEL)?;
     match marked.matches(SENTINEL).count() {
         1 => {}
-        n => {
-            return Err(place_err(format!(
-                "the payload slot renders {n} times (or is escaped) through the template"
-            )))
-        }
+        n => return Err(place_err(format!("the payload slot renders {n} times (or is escaped) through the template"))),
     }
     let slot = marked.find(SENTINEL).expect("counted once");
-    let spliced = format!(
-        "{}{}{}",
-        &marked[..slot],
-        payload,
-        &marked[slot + SENTINEL.len()..]
-    );
+    let spliced = format!("{}{}{}", &marked[..slot], payload, &marked[slot + SENTINEL.len()..]);
     if spliced != text || slot != start {
         return Err(place_err(
             "the template does not reproduce the payload bytes verbatim at its slot (escaped or altered)".into(),
         ));
     }
-    Ok(RenderedText {
-        payload_byte_span: start..start + payload.len(),
-        text,
-        payload,
-        tool_rendering: rendering,
-    })
+    Ok(RenderedText { payload_byte_span: start..start + payload.len(), text, payload, tool_rendering: rendering })
 }
 
 /// Decides the tool rendering for a case, honouring an explicit choice and refusing to guess a fallback.
@@ -469,12 +416,8 @@ pub fn resolve_tool_rendering(
 ) -> Result<ToolRendering> {
     match opts.tool_rendering {
         Some(ToolRendering::Hermes) => Ok(ToolRendering::Hermes),
-        Some(ToolRendering::Native) | None if template.has_tool_support() => {
-            Ok(ToolRendering::Native)
-        }
-        _ => Err(CaseError::NoToolSupport {
-            case: case.id.clone(),
-        }),
+        Some(ToolRendering::Native) | None if template.has_tool_support() => Ok(ToolRendering::Native),
+        _ => Err(CaseError::NoToolSupport { case: case.id.clone() }),
     }
 }
 
@@ -486,16 +429,10 @@ pub fn build_conversation(
     payload: &str,
     rendering: Option<ToolRendering>,
 ) -> Result<Conversation> {
-    let invalid = |reason: String| CaseError::Invalid {
-        case: case.id.clone(),
-        reason,
-    };
+    let invalid = |reason: String| CaseError::Invalid { case: case.id.clone(), reason };
     let system = case.system.as_deref().unwrap_or(DEFAULT_SYSTEM);
-    let mut tool_descs: Vec<(String, String)> = case
-        .tools
-        .iter()
-        .map(|t| (t.name.clone(), t.description.clone()))
-        .collect();
+    let mut tool_descs: Vec<(String, String)> =
+        case.tools.iter().map(|t| (t.name.clone(), t.description.clone())).collect();
     let user;
     let mut tail: Vec<Value> = Vec::new();
     let mut tool_call: Option<(String, Value, String)> = None;
@@ -512,52 +449,29 @@ pub fn build_conversation(
                         _ => case.cts.as_ref().map(|c| c.poisoned_tool.as_str()),
                     }
                     .ok_or_else(|| {
-                        invalid(format!(
-                            "{} case without its `{}` block",
-                            case.family,
-                            family_block(case.family)
-                        ))
+                        invalid(format!("{} case without its `{}` block", case.family, family_block(case.family)))
                     })?;
                     let slot = tool_descs
                         .iter_mut()
                         .find(|(n, _)| n == carrier)
-                        .ok_or_else(|| {
-                            invalid(format!("tool `{carrier}` is referenced but not defined"))
-                        })?;
+                        .ok_or_else(|| invalid(format!("tool `{carrier}` is referenced but not defined")))?;
                     slot.1 = format!("{}{DESCRIPTION_SEPARATOR}{}", slot.1, payload);
                 }
                 Family::Ipi => {
-                    let ipi = case
-                        .ipi
-                        .as_ref()
-                        .ok_or_else(|| invalid("IPI case without its `ipi` block".into()))?;
+                    let ipi = case.ipi.as_ref().ok_or_else(|| invalid("IPI case without its `ipi` block".into()))?;
                     if case.tool(&ipi.call.name).is_none() {
-                        return Err(invalid(format!(
-                            "tool `{}` is referenced but not defined",
-                            ipi.call.name
-                        )));
+                        return Err(invalid(format!("tool `{}` is referenced but not defined", ipi.call.name)));
                     }
-                    tool_call = Some((
-                        ipi.call.name.clone(),
-                        ipi.call.arguments.clone(),
-                        ipi.result_with(payload),
-                    ));
+                    tool_call = Some((ipi.call.name.clone(), ipi.call.arguments.clone(), ipi.result_with(payload)));
                 }
             }
         }
     }
-    let tools_json: Vec<Value> = case
-        .tools
-        .iter()
-        .zip(&tool_descs)
-        .map(|(t, (_, d))| t.to_openai_json(Some(d)))
-        .collect();
+    let tools_json: Vec<Value> =
+        case.tools.iter().zip(&tool_descs).map(|(t, (_, d))| t.to_openai_json(Some(d))).collect();
     let register = channel.registers_tools();
     let rendering = if register || tool_call.is_some() {
-        Some(
-            rendering
-                .ok_or_else(|| CaseError::Other("internal: tool rendering not resolved".into()))?,
-        )
+        Some(rendering.ok_or_else(|| CaseError::Other("internal: tool rendering not resolved".into()))?)
     } else {
         None
     };
@@ -565,11 +479,8 @@ pub fn build_conversation(
     let mut tools = None;
     match rendering {
         Some(ToolRendering::Hermes) => {
-            let sys = if register {
-                format!("{system}{}", hermes_tools_block(&tools_json))
-            } else {
-                system.to_string()
-            };
+            let sys =
+                if register { format!("{system}{}", hermes_tools_block(&tools_json)) } else { system.to_string() };
             messages.push(json!({"role": "system", "content": sys}));
             messages.push(json!({"role": "user", "content": user}));
             if let Some((name, args, result)) = &tool_call {
@@ -614,11 +525,7 @@ pub fn build_conversation(
         }
     }
     messages.extend(tail);
-    Ok(Conversation {
-        messages,
-        tools,
-        tool_rendering: rendering,
-    })
+    Ok(Conversation { messages, tools, tool_rendering: rendering })
 }
 
 fn family_block(f: Family) -> &'static str {
@@ -648,12 +555,8 @@ pub fn hermes_tools_block(tools: &[Value]) -> String {
 
 /// Range of tokens whose byte ranges overlap `span`.
 pub fn token_span(offsets: &[(usize, usize)], span: &Range<usize>) -> Range<usize> {
-    let first = offsets
-        .iter()
-        .position(|&(s, e)| e > span.start && s < span.end);
-    let last = offsets
-        .iter()
-        .rposition(|&(s, e)| e > span.start && s < span.end);
+    let first = offsets.iter().position(|&(s, e)| e > span.start && s < span.end);
+    let last = offsets.iter().rposition(|&(s, e)| e > span.start && s < span.end);
     match (first, last) {
         (Some(a), Some(b)) => a..b + 1,
         _ => 0..0,
@@ -661,10 +564,7 @@ pub fn token_span(offsets: &[(usize, usize)], span: &Range<usize>) -> Range<usiz
 }
 
 fn first_difference(a: &str, b: &str) -> usize {
-    a.bytes()
-        .zip(b.bytes())
-        .position(|(x, y)| x != y)
-        .unwrap_or(a.len().min(b.len()))
+    a.bytes().zip(b.bytes()).position(|(x, y)| x != y).unwrap_or(a.len().min(b.len()))
 }
 
 fn snippet(s: &str, at: usize) -> String {

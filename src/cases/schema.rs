@@ -125,17 +125,8 @@ pub struct Payload {
 
 impl Payload {
     /// A payload with the given parts, action first, fingerprint filled in.
-    pub fn new(
-        action: impl Into<String>,
-        justification: impl Into<String>,
-        order: PayloadOrder,
-    ) -> Payload {
-        let mut p = Payload {
-            action: action.into(),
-            justification: justification.into(),
-            order,
-            sha256: None,
-        };
+    pub fn new(action: impl Into<String>, justification: impl Into<String>, order: PayloadOrder) -> Payload {
+        let mut p = Payload { action: action.into(), justification: justification.into(), order, sha256: None };
         p.sha256 = Some(p.fingerprint());
         p
     }
@@ -299,8 +290,7 @@ impl ArgPredicate {
             };
             let test = |s: &str| {
                 if ci {
-                    s.to_ascii_lowercase()
-                        .contains(&needle.to_ascii_lowercase())
+                    s.to_ascii_lowercase().contains(&needle.to_ascii_lowercase())
                 } else {
                     s.contains(&needle)
                 }
@@ -376,12 +366,7 @@ fn default_max_new_tokens() -> u32 {
 
 impl Default for Sampling {
     fn default() -> Self {
-        Sampling {
-            temperature: 0.0,
-            top_p: 1.0,
-            max_new_tokens: default_max_new_tokens(),
-            seed: 0,
-        }
+        Sampling { temperature: 0.0, top_p: 1.0, max_new_tokens: default_max_new_tokens(), seed: 0 }
     }
 }
 

@@ -3,9 +3,7 @@
 use std::collections::BTreeMap;
 
 use super::io::LoadedCase;
-use super::render::{
-    render_case_with, Channel, Condition, RenderOptions, TemplateBackend, TokenizerBackend,
-};
+use super::render::{render_case_with, Channel, Condition, RenderOptions, TemplateBackend, TokenizerBackend};
 use super::schema::Family;
 
 /// Five-number summary plus mean of a sample.
@@ -84,10 +82,7 @@ pub fn set_stats(
     cases: &[LoadedCase],
     render: Option<(&dyn TemplateBackend, &dyn TokenizerBackend, &RenderOptions)>,
 ) -> SetStats {
-    let mut s = SetStats {
-        total: cases.len(),
-        ..Default::default()
-    };
+    let mut s = SetStats { total: cases.len(), ..Default::default() };
     for f in Family::ALL {
         s.by_family.insert(f.to_string(), 0);
     }
@@ -104,14 +99,7 @@ pub fn set_stats(
         for ch in Channel::ALL {
             let mut counts = Vec::new();
             for lc in cases {
-                match render_case_with(
-                    &lc.case,
-                    ch,
-                    Condition::Adversarial,
-                    template,
-                    tokenizer,
-                    opts,
-                ) {
+                match render_case_with(&lc.case, ch, Condition::Adversarial, template, tokenizer, opts) {
                     Ok(r) => {
                         counts.push(r.token_count());
                         if ch == Channel::Tool {

@@ -6,8 +6,8 @@ use serde_json::Value;
 
 use super::io::LoadedCase;
 use super::render::{
-    build_conversation, render_case_with, Channel, Condition, RenderOptions, TemplateBackend,
-    TokenizerBackend, ToolRendering,
+    build_conversation, render_case_with, Channel, Condition, RenderOptions, TemplateBackend, TokenizerBackend,
+    ToolRendering,
 };
 use super::schema::{ActionSpec, Case, Family, Payload, PredicateOp, ToolDef};
 use crate::prompt::PromptAssets;
@@ -56,12 +56,8 @@ impl ValidationReport {
 
     /// Ids of the cases with at least one problem, sorted.
     pub fn failing_cases(&self) -> Vec<String> {
-        let set: std::collections::BTreeSet<_> = self
-            .problems
-            .iter()
-            .filter(|p| !p.case_id.is_empty())
-            .map(|p| p.case_id.clone())
-            .collect();
+        let set: std::collections::BTreeSet<_> =
+            self.problems.iter().filter(|p| !p.case_id.is_empty()).map(|p| p.case_id.clone()).collect();
         set.into_iter().collect()
     }
 }
@@ -79,25 +75,15 @@ pub struct RenderCheck<'a> {
 
 impl<'a> RenderCheck<'a> {
     /// From loaded prompt assets; `None` when the model has no chat template.
-    pub fn from_assets(
-        assets: &'a PromptAssets,
-        options: &'a RenderOptions,
-    ) -> Option<RenderCheck<'a>> {
-        assets.template.as_ref().map(|t| RenderCheck {
-            template: t,
-            tokenizer: &assets.tokenizer,
-            options,
-        })
+    pub fn from_assets(assets: &'a PromptAssets, options: &'a RenderOptions) -> Option<RenderCheck<'a>> {
+        assets.template.as_ref().map(|t| RenderCheck { template: t, tokenizer: &assets.tokenizer, options })
     }
 }
 
 /// Validates a set: structural checks always; rendering checks in every channel and condition when `render` is
 /// given (`None` with a model that has no template is reported as a set-level problem by the caller).
 pub fn validate_set(cases: &[LoadedCase], render: Option<RenderCheck<'_>>) -> ValidationReport {
-    let mut report = ValidationReport {
-        cases: cases.len(),
-        ..Default::default()
-    };
+    let mut report = ValidationReport { cases: cases.len(), ..Default::default() };
     // Unique ids.
     let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
     for lc in cases {
@@ -134,13 +120,11 @@ pub fn validate_set(cases: &[LoadedCase], render: Option<RenderCheck<'_>>) -> Va
                 reasons.append(&mut r);
             }
         }
-        report
-            .problems
-            .extend(reasons.into_iter().map(|reason| Problem {
-                case_id: lc.case.id.clone(),
-                line: lc.line,
-                reason,
-            }));
+        report.problems.extend(reasons.into_iter().map(|reason| Problem {
+            case_id: lc.case.id.clone(),
+            line: lc.line,
+            reason,
+        }));
     }
     report
 }
@@ -166,9 +150,7 @@ pub fn check_case(case: &Case) -> Vec<String> {
         }
         Family::Ipi => {
             if case.ipi.is_none() {
-                out.push(
-                    "IPI case without its `ipi` block (call, result_before, result_after)".into(),
-                )
+                out.push("IPI case without its `ipi` block (call, result_before, result_after)".into())
             }
         }
         Family::Cts => {
@@ -178,10 +160,7 @@ pub fn check_case(case: &Case) -> Vec<String> {
         }
     }
     if case.family != Family::Tp && case.subtype.is_some() {
-        out.push(format!(
-            "`subtype` is only for TP cases, this is {}",
-            case.family
-        ));
+        out.push(format!("`subtype` is only for TP cases, this is {}", case.family));
     }
     for (present, fam, block) in [
         (case.tp.is_some(), Family::Tp, "tp"),
@@ -213,10 +192,7 @@ pub fn check_case(case: &Case) -> Vec<String> {
             adv.len()
         ));
     }
-    if !adv.is_empty()
-        && !ben.is_empty()
-        && (case.user_task.contains(&adv) || case.user_task.contains(&ben))
-    {
+    if !adv.is_empty() && !ben.is_empty() && (case.user_task.contains(&adv) || case.user_task.contains(&ben)) {
         out.push("the user task contains the payload".into());
     }
     // Tools.
@@ -231,9 +207,7 @@ pub fn check_case(case: &Case) -> Vec<String> {
         match case.tool(name) {
             Some(t) => Some(t.clone()),
             None => {
-                out.push(format!(
-                    "{role} `{name}` is referenced but not defined in `tools`"
-                ));
+                out.push(format!("{role} `{name}` is referenced but not defined in `tools`"));
                 None
             }
         }
@@ -245,14 +219,9 @@ pub fn check_case(case: &Case) -> Vec<String> {
         if let Some(t) = need_tool(&ipi.call.name, "called tool", &mut out) {
             check_call_args(&t, &ipi.call.arguments, &mut out);
         }
-        for (field, text) in [
-            ("result_before", &ipi.result_before),
-            ("result_after", &ipi.result_after),
-        ] {
+        for (field, text) in [("result_before", &ipi.result_before), ("result_after", &ipi.result_after)] {
             if text.contains(&adv) || text.contains(&ben) {
-                out.push(format!(
-                    "ipi.{field} already contains the payload; it is inserted between the two"
-                ));
+                out.push(format!("ipi.{field} already contains the payload; it is inserted between the two"));
             }
         }
     }
@@ -264,10 +233,7 @@ pub fn check_case(case: &Case) -> Vec<String> {
         }
         for (what, text) in [("payload", &adv), ("benign control", &ben)] {
             if !text.contains(&cts.target_tool) {
-                out.push(format!(
-                    "CTS {what} does not name its target tool `{}`",
-                    cts.target_tool
-                ));
+                out.push(format!("CTS {what} does not name its target tool `{}`", cts.target_tool));
             }
         }
     }
@@ -277,10 +243,7 @@ pub fn check_case(case: &Case) -> Vec<String> {
     }
     let s = &case.sampling;
     if !(s.temperature >= 0.0 && s.temperature.is_finite()) {
-        out.push(format!(
-            "sampling.temperature must be >= 0, got {}",
-            s.temperature
-        ));
+        out.push(format!("sampling.temperature must be >= 0, got {}", s.temperature));
     }
     if !(s.top_p > 0.0 && s.top_p <= 1.0) {
         out.push(format!("sampling.top_p must be in (0, 1], got {}", s.top_p));
@@ -296,9 +259,7 @@ fn check_payload(field: &str, p: &Payload, out: &mut Vec<String>) {
         out.push(format!("{field}.action is empty"));
     }
     if p.action != p.action.trim() || p.justification != p.justification.trim() {
-        out.push(format!(
-            "{field} has leading or trailing whitespace (it would not survive templates that trim)"
-        ));
+        out.push(format!("{field} has leading or trailing whitespace (it would not survive templates that trim)"));
     }
     match &p.sha256 {
         None => out.push(format!(
@@ -314,16 +275,8 @@ fn check_payload(field: &str, p: &Payload, out: &mut Vec<String>) {
 }
 
 fn check_tool(t: &ToolDef, out: &mut Vec<String>) {
-    if t.name.is_empty()
-        || !t
-            .name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
-    {
-        out.push(format!(
-            "tool name `{}` must be letters, digits, `_`, `-` or `.`",
-            t.name
-        ));
+    if t.name.is_empty() || !t.name.chars().all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c)) {
+        out.push(format!("tool name `{}` must be letters, digits, `_`, `-` or `.`", t.name));
     }
     if t.description.trim().is_empty() {
         out.push(format!("tool `{}` has an empty description", t.name));
@@ -335,9 +288,7 @@ fn check_tool(t: &ToolDef, out: &mut Vec<String>) {
 
 /// Checks that a value is a usable JSON Schema for function parameters.
 pub fn check_schema(schema: &Value, at: &str) -> Result<(), String> {
-    let obj = schema
-        .as_object()
-        .ok_or_else(|| format!("{at} must be a JSON Schema object"))?;
+    let obj = schema.as_object().ok_or_else(|| format!("{at} must be a JSON Schema object"))?;
     if obj.get("type").and_then(Value::as_str) != Some("object") {
         return Err(format!("{at}.type must be \"object\""));
     }
@@ -350,17 +301,11 @@ pub fn check_schema(schema: &Value, at: &str) -> Result<(), String> {
         check_property(sub, &format!("{at}.properties.{name}"))?;
     }
     if let Some(req) = obj.get("required") {
-        let arr = req
-            .as_array()
-            .ok_or_else(|| format!("{at}.required must be an array"))?;
+        let arr = req.as_array().ok_or_else(|| format!("{at}.required must be an array"))?;
         for r in arr {
-            let r = r
-                .as_str()
-                .ok_or_else(|| format!("{at}.required must list strings"))?;
+            let r = r.as_str().ok_or_else(|| format!("{at}.required must list strings"))?;
             if !props.contains_key(r) {
-                return Err(format!(
-                    "{at}.required names `{r}`, which is not a property"
-                ));
+                return Err(format!("{at}.required names `{r}`, which is not a property"));
             }
         }
     }
@@ -368,12 +313,8 @@ pub fn check_schema(schema: &Value, at: &str) -> Result<(), String> {
 }
 
 fn check_property(sub: &Value, at: &str) -> Result<(), String> {
-    const TYPES: [&str; 7] = [
-        "string", "number", "integer", "boolean", "array", "object", "null",
-    ];
-    let o = sub
-        .as_object()
-        .ok_or_else(|| format!("{at} must be an object"))?;
+    const TYPES: [&str; 7] = ["string", "number", "integer", "boolean", "array", "object", "null"];
+    let o = sub.as_object().ok_or_else(|| format!("{at} must be an object"))?;
     match o.get("type") {
         Some(Value::String(t)) if TYPES.contains(&t.as_str()) => {
             if t == "object" && o.contains_key("properties") {
@@ -387,45 +328,28 @@ fn check_property(sub: &Value, at: &str) -> Result<(), String> {
             Ok(())
         }
         Some(Value::String(t)) => Err(format!("{at}.type `{t}` is not a JSON Schema type")),
-        Some(Value::Array(ts))
-            if ts
-                .iter()
-                .all(|t| t.as_str().is_some_and(|t| TYPES.contains(&t))) =>
-        {
-            Ok(())
-        }
+        Some(Value::Array(ts)) if ts.iter().all(|t| t.as_str().is_some_and(|t| TYPES.contains(&t))) => Ok(()),
         Some(_) => Err(format!("{at}.type is not a JSON Schema type")),
-        None if o.contains_key("enum") || o.contains_key("anyOf") || o.contains_key("oneOf") => {
-            Ok(())
-        }
+        None if o.contains_key("enum") || o.contains_key("anyOf") || o.contains_key("oneOf") => Ok(()),
         None => Err(format!("{at} has no `type`")),
     }
 }
 
 fn check_call_args(t: &ToolDef, args: &Value, out: &mut Vec<String>) {
     let Some(obj) = args.as_object() else {
-        out.push(format!(
-            "ipi.call.arguments for `{}` must be an object",
-            t.name
-        ));
+        out.push(format!("ipi.call.arguments for `{}` must be an object", t.name));
         return;
     };
     let props = t.property_names();
     for k in obj.keys() {
         if !props.contains(k) {
-            out.push(format!(
-                "ipi.call passes `{k}`, which `{}` does not declare",
-                t.name
-            ));
+            out.push(format!("ipi.call passes `{k}`, which `{}` does not declare", t.name));
         }
     }
     if let Some(req) = t.parameters.get("required").and_then(Value::as_array) {
         for r in req.iter().filter_map(Value::as_str) {
             if !obj.contains_key(r) {
-                out.push(format!(
-                    "ipi.call lacks required argument `{r}` of `{}`",
-                    t.name
-                ));
+                out.push(format!("ipi.call lacks required argument `{r}` of `{}`", t.name));
             }
         }
     }
@@ -436,23 +360,16 @@ fn check_action(field: &str, a: &ActionSpec, case: &Case, out: &mut Vec<String>)
         out.push(format!("{field}.description is empty"));
     }
     match &a.tool {
-        None if !a.args.is_empty() => {
-            out.push(format!("{field} has argument predicates but no tool"))
-        }
+        None if !a.args.is_empty() => out.push(format!("{field} has argument predicates but no tool")),
         None => {}
         Some(name) => match case.tool(name) {
-            None => out.push(format!(
-                "{field}.tool `{name}` is referenced but not defined in `tools`"
-            )),
+            None => out.push(format!("{field}.tool `{name}` is referenced but not defined in `tools`")),
             Some(t) => {
                 let props = t.property_names();
                 for p in &a.args {
                     let top = p.arg.split('.').next().unwrap_or("");
                     if !props.iter().any(|n| n == top) {
-                        out.push(format!(
-                            "{field} tests argument `{}`, which `{name}` does not declare",
-                            p.arg
-                        ));
+                        out.push(format!("{field} tests argument `{}`, which `{name}` does not declare", p.arg));
                     }
                     if p.op != PredicateOp::Exists && p.value.is_none() {
                         out.push(format!("{field} predicate on `{}` needs a `value`", p.arg));
