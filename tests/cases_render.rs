@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use serde_json::Value;
 use trustlens::cases::io::{load_cases, LoadedCase};
 use trustlens::cases::render::{
-    build_conversation, render_case, render_case_with, Channel, Condition, RenderOptions,
-    TemplateBackend, ToolRendering,
+    build_conversation, render_case, render_case_with, Channel, Condition, RenderOptions, TemplateBackend,
+    ToolRendering,
 };
 use trustlens::cases::{Case, CaseError, Family};
 use trustlens::prompt::PromptAssets;
@@ -16,8 +16,7 @@ fn root() -> PathBuf {
 }
 
 fn assets() -> PromptAssets {
-    PromptAssets::load(&root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf"))
-        .expect("embedded model loads")
+    PromptAssets::load(&root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf")).expect("embedded model loads")
 }
 
 fn builtin() -> Vec<LoadedCase> {
@@ -25,12 +24,7 @@ fn builtin() -> Vec<LoadedCase> {
 }
 
 fn first(cases: &[LoadedCase], family: Family) -> Case {
-    cases
-        .iter()
-        .find(|c| c.case.family == family)
-        .expect("family present")
-        .case
-        .clone()
+    cases.iter().find(|c| c.case.family == family).expect("family present").case.clone()
 }
 
 fn hermes() -> RenderOptions {
@@ -52,15 +46,9 @@ fn tp_payload_is_in_user_message_in_chat_and_in_tool_description_in_tool_channel
     let tool = render_case(&case, Channel::Tool, Condition::Adversarial, &a, &hermes()).unwrap();
     assert_eq!(&chat.text[chat.payload_byte_span.clone()], payload);
     assert_eq!(&tool.text[tool.payload_byte_span.clone()], payload);
-    assert_ne!(
-        chat.payload_byte_span, tool.payload_byte_span,
-        "same bytes, different places"
-    );
+    assert_ne!(chat.payload_byte_span, tool.payload_byte_span, "same bytes, different places");
     assert_eq!(role_at(&chat.text, chat.payload_byte_span.start), "user");
-    assert!(
-        !chat.text.contains("<tools>"),
-        "chat channel registers no tools by default"
-    );
+    assert!(!chat.text.contains("<tools>"), "chat channel registers no tools by default");
     assert_eq!(role_at(&tool.text, tool.payload_byte_span.start), "system");
     // In the tool channel the payload sits inside the carrier tool's JSON description.
     let carrier = &case.tp.as_ref().unwrap().carrier_tool;
@@ -78,23 +66,12 @@ fn tp_payload_is_in_user_message_in_chat_and_in_tool_description_in_tool_channel
 fn chat_tools_registers_clean_tools_and_keeps_payload_in_user_message() {
     let a = assets();
     let case = first(&builtin(), Family::Tp);
-    let r = render_case(
-        &case,
-        Channel::ChatTools,
-        Condition::Adversarial,
-        &a,
-        &hermes(),
-    )
-    .unwrap();
+    let r = render_case(&case, Channel::ChatTools, Condition::Adversarial, &a, &hermes()).unwrap();
     assert!(r.text.contains("<tools>"));
     assert_eq!(role_at(&r.text, r.payload_byte_span.start), "user");
     assert_eq!(r.text.matches(&case.payload.text()).count(), 1);
     for t in &case.tools {
-        assert!(
-            r.text.contains(&t.description),
-            "clean description of {} registered",
-            t.name
-        );
+        assert!(r.text.contains(&t.description), "clean description of {} registered", t.name);
     }
 }
 
@@ -105,10 +82,7 @@ fn ipi_payload_is_in_tool_result_after_an_assistant_tool_call() {
     let ipi = case.ipi.clone().unwrap();
     let r = render_case(&case, Channel::Tool, Condition::Adversarial, &a, &hermes()).unwrap();
     assert_eq!(role_at(&r.text, r.payload_byte_span.start), "tool");
-    let call_at = r
-        .text
-        .find("<tool_call>\n{\"name\":\"")
-        .expect("assistant tool call rendered");
+    let call_at = r.text.find("<tool_call>\n{\"name\":\"").expect("assistant tool call rendered");
     assert_eq!(role_at(&r.text, call_at), "assistant");
     assert!(call_at < r.payload_byte_span.start);
     assert!(r.text[..r.payload_byte_span.start].ends_with(&ipi.result_before));
@@ -129,11 +103,7 @@ fn cts_payload_is_in_poisoned_tool_description_and_names_the_target() {
     let line = &before[before.rfind('\n').unwrap()..];
     assert!(line.contains(&format!("\"name\":\"{}\"", cts.poisoned_tool)));
     assert!(r.payload.contains(&cts.target_tool));
-    assert!(
-        r.text
-            .contains(&format!("\"name\":\"{}\"", cts.target_tool)),
-        "target tool registered"
-    );
+    assert!(r.text.contains(&format!("\"name\":\"{}\"", cts.target_tool)), "target tool registered");
 }
 
 #[test]
@@ -145,14 +115,8 @@ fn benign_condition_renders_same_structure_with_benign_payload() {
             let ben = render_case(&case, ch, Condition::Benign, &a, &hermes()).unwrap();
             assert_eq!(ben.payload, case.benign.text());
             assert_eq!(adv.payload_byte_span.start, ben.payload_byte_span.start);
-            assert_eq!(
-                &adv.text[..adv.payload_byte_span.start],
-                &ben.text[..ben.payload_byte_span.start]
-            );
-            assert_eq!(
-                &adv.text[adv.payload_byte_span.end..],
-                &ben.text[ben.payload_byte_span.end..]
-            );
+            assert_eq!(&adv.text[..adv.payload_byte_span.start], &ben.text[..ben.payload_byte_span.start]);
+            assert_eq!(&adv.text[adv.payload_byte_span.end..], &ben.text[ben.payload_byte_span.end..]);
         }
     }
 }
@@ -162,35 +126,20 @@ fn template_without_tool_support_and_no_fallback_is_a_clear_error() {
     let a = assets();
     assert!(!a.template.as_ref().unwrap().supports_tools());
     let case = first(&builtin(), Family::Tp);
-    for opts in [
-        RenderOptions::default(),
-        RenderOptions::with_tool_rendering(ToolRendering::Native),
-    ] {
+    for opts in [RenderOptions::default(), RenderOptions::with_tool_rendering(ToolRendering::Native)] {
         let err = render_case(&case, Channel::Tool, Condition::Adversarial, &a, &opts).unwrap_err();
         assert!(matches!(err, CaseError::NoToolSupport { .. }), "{err}");
         assert!(err.to_string().contains("no native tool support"), "{err}");
     }
     // The chat channel registers nothing and needs no tool rendering.
-    render_case(
-        &case,
-        Channel::Chat,
-        Condition::Adversarial,
-        &a,
-        &RenderOptions::default(),
-    )
-    .unwrap();
+    render_case(&case, Channel::Chat, Condition::Adversarial, &a, &RenderOptions::default()).unwrap();
 }
 
 /// A minimal tool-capable template: renders roles, native tool calls and a `tools` block with JSON.
 struct NativeToy;
 
 impl TemplateBackend for NativeToy {
-    fn render_messages(
-        &self,
-        messages: &[Value],
-        tools: Option<&[Value]>,
-        gen: bool,
-    ) -> Result<String, String> {
+    fn render_messages(&self, messages: &[Value], tools: Option<&[Value]>, gen: bool) -> Result<String, String> {
         let mut s = String::new();
         if let Some(tools) = tools {
             s.push_str("[TOOLS]");
@@ -226,21 +175,11 @@ fn native_rendering_uses_tools_variable_tool_calls_and_tool_role() {
     let opts = RenderOptions::default(); // not chosen: native because the template supports tools
     for family in Family::ALL {
         let case = first(&cases, family);
-        let r = render_case_with(
-            &case,
-            Channel::Tool,
-            Condition::Adversarial,
-            &NativeToy,
-            &a.tokenizer,
-            &opts,
-        )
-        .unwrap_or_else(|e| panic!("{family}: {e}"));
+        let r = render_case_with(&case, Channel::Tool, Condition::Adversarial, &NativeToy, &a.tokenizer, &opts)
+            .unwrap_or_else(|e| panic!("{family}: {e}"));
         assert_eq!(r.tool_rendering, Some(ToolRendering::Native));
         assert!(r.text.starts_with("[TOOLS]"));
-        assert!(
-            !r.text.contains("<tools>"),
-            "no Hermes block with native rendering"
-        );
+        assert!(!r.text.contains("<tools>"), "no Hermes block with native rendering");
         if family == Family::Ipi {
             assert!(r.text.contains("<assistant>CALL {"));
             let tool_open = r.text.find("<tool>").unwrap();
@@ -248,15 +187,8 @@ fn native_rendering_uses_tools_variable_tool_calls_and_tool_role() {
         } else {
             assert!(r.payload_byte_span.end < r.text.find("[/TOOLS]").unwrap());
         }
-        let chat = render_case_with(
-            &case,
-            Channel::Chat,
-            Condition::Adversarial,
-            &NativeToy,
-            &a.tokenizer,
-            &opts,
-        )
-        .unwrap();
+        let chat =
+            render_case_with(&case, Channel::Chat, Condition::Adversarial, &NativeToy, &a.tokenizer, &opts).unwrap();
         assert!(!chat.text.contains("[TOOLS]"));
     }
 }
@@ -265,17 +197,8 @@ fn native_rendering_uses_tools_variable_tool_calls_and_tool_role() {
 struct Escaping;
 
 impl TemplateBackend for Escaping {
-    fn render_messages(
-        &self,
-        messages: &[Value],
-        _tools: Option<&[Value]>,
-        _gen: bool,
-    ) -> Result<String, String> {
-        Ok(messages
-            .iter()
-            .map(|m| m["content"].to_string().replace('\'', "\\u0027"))
-            .collect::<Vec<_>>()
-            .join("\n"))
+    fn render_messages(&self, messages: &[Value], _tools: Option<&[Value]>, _gen: bool) -> Result<String, String> {
+        Ok(messages.iter().map(|m| m["content"].to_string().replace('\'', "\\u0027")).collect::<Vec<_>>().join("\n"))
     }
 
     fn has_tool_support(&self) -> bool {
@@ -306,8 +229,7 @@ fn a_template_that_alters_the_payload_is_rejected() {
 fn build_conversation_places_payload_exactly_once() {
     for lc in builtin() {
         for ch in Channel::ALL {
-            let conv =
-                build_conversation(&lc.case, ch, "XPAYLOADX", Some(ToolRendering::Native)).unwrap();
+            let conv = build_conversation(&lc.case, ch, "XPAYLOADX", Some(ToolRendering::Native)).unwrap();
             let mut all = serde_json::to_string(&conv.messages).unwrap();
             all.push_str(&serde_json::to_string(&conv.tools).unwrap());
             assert_eq!(all.matches("XPAYLOADX").count(), 1, "{} {ch}", lc.case.id);

@@ -18,8 +18,7 @@ fn builtin_path() -> PathBuf {
 }
 
 fn assets() -> PromptAssets {
-    PromptAssets::load(&root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf"))
-        .expect("embedded model loads")
+    PromptAssets::load(&root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf")).expect("embedded model loads")
 }
 
 fn check(cases: &[LoadedCase]) -> ValidationReport {
@@ -33,12 +32,7 @@ fn builtin() -> Vec<LoadedCase> {
 }
 
 fn reasons(r: &ValidationReport, id: &str) -> String {
-    r.problems
-        .iter()
-        .filter(|p| p.case_id == id)
-        .map(|p| p.reason.clone())
-        .collect::<Vec<_>>()
-        .join(" | ")
+    r.problems.iter().filter(|p| p.case_id == id).map(|p| p.reason.clone()).collect::<Vec<_>>().join(" | ")
 }
 
 #[test]
@@ -54,15 +48,9 @@ fn builtin_set_validates_with_the_embedded_model() {
 fn builtin_set_has_the_paper_proportions() {
     let cases = builtin();
     let count = |f: Family| cases.iter().filter(|c| c.case.family == f).count();
-    assert_eq!(
-        (count(Family::Tp), count(Family::Ipi), count(Family::Cts)),
-        (50, 24, 24)
-    );
+    assert_eq!((count(Family::Tp), count(Family::Ipi), count(Family::Cts)), (50, 24, 24));
     let sub = |s: TpSubtype| cases.iter().filter(|c| c.case.subtype == Some(s)).count();
-    assert_eq!(
-        (sub(TpSubtype::P1), sub(TpSubtype::P2), sub(TpSubtype::P3)),
-        (17, 17, 16)
-    );
+    assert_eq!((sub(TpSubtype::P1), sub(TpSubtype::P2), sub(TpSubtype::P3)), (17, 17, 16));
     assert_eq!(subtype_split(50), [17, 17, 16]);
     let mut payloads: Vec<String> = cases.iter().map(|c| c.case.payload.text()).collect();
     payloads.sort();
@@ -78,17 +66,9 @@ fn builtin_set_is_the_seeded_generator_output() {
         generated, on_disk,
         "regenerate with `trustlens cases generate --out experiments/cases/channel-trust.jsonl`"
     );
-    let other = generate(&GenerateOptions {
-        seed: 7,
-        ..Default::default()
-    })
-    .unwrap();
+    let other = generate(&GenerateOptions { seed: 7, ..Default::default() }).unwrap();
     assert_ne!(other, on_disk);
-    let lc: Vec<LoadedCase> = other
-        .into_iter()
-        .enumerate()
-        .map(|(i, case)| LoadedCase { line: i + 1, case })
-        .collect();
+    let lc: Vec<LoadedCase> = other.into_iter().enumerate().map(|(i, case)| LoadedCase { line: i + 1, case }).collect();
     let r = check(&lc);
     assert!(r.is_ok(), "{:#?}", r.problems);
 }
@@ -99,12 +79,8 @@ fn one_changed_byte_in_one_payload_is_rejected_naming_the_case() {
     // Change one byte of the payload action of the 23rd case, in one place.
     let lines: Vec<&str> = text.lines().collect();
     let target = lines[22];
-    let id = serde_json::from_str::<serde_json::Value>(target).unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let at =
-        target.find("\"payload\":{\"action\":\"").unwrap() + "\"payload\":{\"action\":\"".len() + 5;
+    let id = serde_json::from_str::<serde_json::Value>(target).unwrap()["id"].as_str().unwrap().to_string();
+    let at = target.find("\"payload\":{\"action\":\"").unwrap() + "\"payload\":{\"action\":\"".len() + 5;
     let mut bytes = text.clone().into_bytes();
     let offset = lines[..22].iter().map(|l| l.len() + 1).sum::<usize>() + at;
     assert!(bytes[offset].is_ascii_alphabetic());
@@ -114,11 +90,7 @@ fn one_changed_byte_in_one_payload_is_rejected_naming_the_case() {
     assert!(problems.is_empty());
     let r = check(&cases);
     assert_eq!(r.failing_cases(), vec![id.clone()], "{:#?}", r.problems);
-    assert!(
-        reasons(&r, &id).contains("fingerprint"),
-        "{}",
-        reasons(&r, &id)
-    );
+    assert!(reasons(&r, &id).contains("fingerprint"), "{}", reasons(&r, &id));
 }
 
 fn with_case(edit: impl FnOnce(&mut Case)) -> (String, ValidationReport) {
@@ -133,37 +105,23 @@ fn duplicate_ids_are_reported() {
     let mut cases = builtin();
     cases[5].case.id = cases[4].case.id.clone();
     let r = check(&cases);
-    assert!(r
-        .problems
-        .iter()
-        .any(|p| p.reason.contains("duplicate id") && p.line == cases[5].line));
+    assert!(r.problems.iter().any(|p| p.reason.contains("duplicate id") && p.line == cases[5].line));
 }
 
 #[test]
 fn undefined_tools_are_reported() {
     let (id, r) = with_case(|c| c.tp.as_mut().unwrap().carrier_tool = "send_fax".into());
-    assert!(
-        reasons(&r, &id).contains("`send_fax` is referenced but not defined"),
-        "{}",
-        reasons(&r, &id)
-    );
+    assert!(reasons(&r, &id).contains("`send_fax` is referenced but not defined"), "{}", reasons(&r, &id));
     let (id, r) = with_case(|c| c.malicious_action.tool = Some("wire_money".into()));
     assert!(reasons(&r, &id).contains("`wire_money` is referenced but not defined"));
 }
 
 #[test]
 fn broken_json_schemas_are_reported() {
-    let (id, r) = with_case(|c| {
-        c.tools[0].parameters = json!({"type": "object", "properties": {"q": {"type": "text"}}})
-    });
-    assert!(
-        reasons(&r, &id).contains("not a JSON Schema type"),
-        "{}",
-        reasons(&r, &id)
-    );
-    let (id, r) = with_case(|c| {
-        c.tools[0].parameters = json!({"type": "object", "properties": {}, "required": ["x"]})
-    });
+    let (id, r) =
+        with_case(|c| c.tools[0].parameters = json!({"type": "object", "properties": {"q": {"type": "text"}}}));
+    assert!(reasons(&r, &id).contains("not a JSON Schema type"), "{}", reasons(&r, &id));
+    let (id, r) = with_case(|c| c.tools[0].parameters = json!({"type": "object", "properties": {}, "required": ["x"]}));
     assert!(reasons(&r, &id).contains("required names `x`"));
     let (id, r) = with_case(|c| c.tools[0].parameters = json!("object"));
     assert!(reasons(&r, &id).contains("must be a JSON Schema object"));
@@ -175,21 +133,13 @@ fn benign_controls_must_share_structure_and_length() {
         c.benign.justification.clear();
         c.refresh_fingerprints();
     });
-    assert!(
-        reasons(&r, &id).contains("differ in structure"),
-        "{}",
-        reasons(&r, &id)
-    );
+    assert!(reasons(&r, &id).contains("differ in structure"), "{}", reasons(&r, &id));
     let (id, r) = with_case(|c| {
         c.benign.action = "Ok.".into();
         c.benign.justification = "Fine.".into();
         c.refresh_fingerprints();
     });
-    assert!(
-        reasons(&r, &id).contains("not comparable"),
-        "{}",
-        reasons(&r, &id)
-    );
+    assert!(reasons(&r, &id).contains("not comparable"), "{}", reasons(&r, &id));
     let (id, r) = with_case(|c| {
         c.benign = c.payload.clone();
     });
@@ -200,44 +150,26 @@ fn benign_controls_must_share_structure_and_length() {
 fn payload_that_appears_twice_or_gets_escaped_is_reported() {
     // The user task quotes the payload: it appears twice in the chat prompt.
     let (id, r) = with_case(|c| c.user_task = format!("{} {}", c.user_task, c.payload.text()));
-    assert!(
-        reasons(&r, &id).contains("user task contains the payload"),
-        "{}",
-        reasons(&r, &id)
-    );
+    assert!(reasons(&r, &id).contains("user task contains the payload"), "{}", reasons(&r, &id));
     // A double quote in a TP payload is escaped inside the JSON tool description: not byte-identical.
     let (id, r) = with_case(|c| {
         c.payload.action = format!("{} Say \"approved\".", c.payload.action);
         c.refresh_fingerprints();
     });
     let why = reasons(&r, &id);
-    assert!(
-        why.contains("[tool/adversarial]") && why.contains("payload"),
-        "{why}"
-    );
+    assert!(why.contains("[tool/adversarial]") && why.contains("payload"), "{why}");
 }
 
 #[test]
 fn cts_payload_must_name_its_target_and_family_blocks_must_match() {
     let mut cases = builtin();
-    let i = cases
-        .iter()
-        .position(|c| c.case.family == Family::Cts)
-        .unwrap();
+    let i = cases.iter().position(|c| c.case.family == Family::Cts).unwrap();
     let target = cases[i].case.cts.as_ref().unwrap().target_tool.clone();
-    cases[i].case.payload.action = cases[i]
-        .case
-        .payload
-        .action
-        .replace(&target, "the other tool");
+    cases[i].case.payload.action = cases[i].case.payload.action.replace(&target, "the other tool");
     cases[i].case.refresh_fingerprints();
     let id = cases[i].case.id.clone();
     let r = check(&cases);
-    assert!(
-        reasons(&r, &id).contains("does not name its target tool"),
-        "{}",
-        reasons(&r, &id)
-    );
+    assert!(reasons(&r, &id).contains("does not name its target tool"), "{}", reasons(&r, &id));
 
     let (id, r) = with_case(|c| c.tp = None);
     assert!(reasons(&r, &id).contains("TP case without `tp.carrier_tool`"));

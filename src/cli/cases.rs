@@ -5,9 +5,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 
 use trustlens::cases::generate::{generate, GenerateOptions, BUILTIN_SEED};
-use trustlens::cases::import::{
-    import_bipia, import_rows, BipiaContext, BipiaOptions, InsertPosition, RowFormat,
-};
+use trustlens::cases::import::{import_bipia, import_rows, BipiaContext, BipiaOptions, InsertPosition, RowFormat};
 use trustlens::cases::io::{load_cases_lenient, to_jsonl, write_cases, LoadedCase};
 use trustlens::cases::render::{render_case, Channel, Condition, RenderOptions, ToolRendering};
 use trustlens::cases::stats::set_stats;
@@ -198,27 +196,21 @@ fn load_assets(args: &ModelArgs) -> Result<(PromptAssets, RenderOptions)> {
     let assets = PromptAssets::load(&path)
         .with_context(|| format!("loading tokenizer and chat template of {}", path.display()))?;
     let template = assets.template.as_ref().with_context(|| {
-        format!(
-            "{} has no chat template; cases are rendered through the model's template",
-            path.display()
-        )
+        format!("{} has no chat template; cases are rendered through the model's template", path.display())
     })?;
     let tool_rendering = match args.tool_rendering {
         ToolRenderingArg::Native => Some(ToolRendering::Native),
         ToolRenderingArg::Hermes => Some(ToolRendering::Hermes),
         ToolRenderingArg::Auto if template.supports_tools() => Some(ToolRendering::Native),
         ToolRenderingArg::Auto => {
-            eprintln!("note: the chat template of {} has no tool support; using the Hermes-style fallback", path.display());
+            eprintln!(
+                "note: the chat template of {} has no tool support; using the Hermes-style fallback",
+                path.display()
+            );
             Some(ToolRendering::Hermes)
         }
     };
-    Ok((
-        assets,
-        RenderOptions {
-            tool_rendering,
-            ..Default::default()
-        },
-    ))
+    Ok((assets, RenderOptions { tool_rendering, ..Default::default() }))
 }
 
 /// Loads a case file, printing every bad line; fails if any line is bad.
@@ -228,11 +220,7 @@ fn load_or_report(file: &Path) -> Result<Vec<LoadedCase>> {
         for p in &problems {
             eprintln!("{}: {p}", file.display());
         }
-        bail!(
-            "{}: {} line(s) could not be read",
-            file.display(),
-            problems.len()
-        );
+        bail!("{}: {} line(s) could not be read", file.display(), problems.len());
     }
     Ok(cases)
 }
@@ -251,29 +239,15 @@ fn emit(cases: &[Case], out: Option<&Path>) -> Result<()> {
 /// Runs a `cases` subcommand.
 pub fn run(cmd: CasesCommand) -> Result<()> {
     match cmd {
-        CasesCommand::Validate {
-            file,
-            model,
-            structural_only,
-        } => {
+        CasesCommand::Validate { file, model, structural_only } => {
             let (cases, line_problems) = load_cases_lenient(&file)?;
             let mut problems: Vec<Problem> = line_problems
                 .into_iter()
-                .map(|p| Problem {
-                    case_id: p.id.unwrap_or_default(),
-                    line: p.line,
-                    reason: p.reason,
-                })
+                .map(|p| Problem { case_id: p.id.unwrap_or_default(), line: p.line, reason: p.reason })
                 .collect();
-            let loaded = if structural_only {
-                None
-            } else {
-                Some(load_assets(&model)?)
-            };
+            let loaded = if structural_only { None } else { Some(load_assets(&model)?) };
             let report = match &loaded {
-                Some((assets, opts)) => {
-                    validate_set(&cases, RenderCheck::from_assets(assets, opts))
-                }
+                Some((assets, opts)) => validate_set(&cases, RenderCheck::from_assets(assets, opts)),
                 None => validate_set(&cases, None),
             };
             problems.extend(report.problems.iter().cloned());
@@ -287,36 +261,16 @@ pub fn run(cmd: CasesCommand) -> Result<()> {
                     file.display(),
                     report.cases,
                     report.renderings,
-                    if structural_only {
-                        " (structural only)"
-                    } else {
-                        ""
-                    }
+                    if structural_only { " (structural only)" } else { "" }
                 );
                 Ok(())
             } else {
-                let failing: std::collections::BTreeSet<&str> = problems
-                    .iter()
-                    .filter(|p| !p.case_id.is_empty())
-                    .map(|p| p.case_id.as_str())
-                    .collect();
-                bail!(
-                    "{}: {} problem(s) in {} case(s)",
-                    file.display(),
-                    problems.len(),
-                    failing.len().max(1)
-                )
+                let failing: std::collections::BTreeSet<&str> =
+                    problems.iter().filter(|p| !p.case_id.is_empty()).map(|p| p.case_id.as_str()).collect();
+                bail!("{}: {} problem(s) in {} case(s)", file.display(), problems.len(), failing.len().max(1))
             }
         }
-        CasesCommand::Render {
-            file,
-            case_id,
-            channel,
-            condition,
-            model,
-            raw,
-            no_generation_prompt,
-        } => {
+        CasesCommand::Render { file, case_id, channel, condition, model, raw, no_generation_prompt } => {
             let cases = load_or_report(&file)?;
             let case = &cases
                 .iter()
@@ -351,17 +305,9 @@ pub fn run(cmd: CasesCommand) -> Result<()> {
             println!("# ---- end ----");
             Ok(())
         }
-        CasesCommand::Stats {
-            file,
-            model,
-            no_model,
-        } => {
+        CasesCommand::Stats { file, model, no_model } => {
             let cases = load_or_report(&file)?;
-            let loaded = if no_model {
-                None
-            } else {
-                Some(load_assets(&model)?)
-            };
+            let loaded = if no_model { None } else { Some(load_assets(&model)?) };
             let stats = match &loaded {
                 Some((assets, opts)) => {
                     let t = assets.template.as_ref().expect("checked in load_assets");
@@ -401,39 +347,20 @@ pub fn run(cmd: CasesCommand) -> Result<()> {
                 eprintln!("{e}");
             }
             if !stats.render_errors.is_empty() {
-                bail!(
-                    "{} rendering(s) failed; run `trustlens cases validate`",
-                    stats.render_errors.len()
-                );
+                bail!("{} rendering(s) failed; run `trustlens cases validate`", stats.render_errors.len());
             }
             Ok(())
         }
-        CasesCommand::Generate {
-            seed,
-            tp,
-            ipi,
-            cts,
-            out,
-        } => {
+        CasesCommand::Generate { seed, tp, ipi, cts, out } => {
             let cases = generate(&GenerateOptions { seed, tp, ipi, cts })?;
             emit(&cases, out.as_deref())
         }
-        CasesCommand::Import(ImportCommand::Bipia {
-            bipia_dir,
-            split,
-            contexts,
-            per_context,
-            position,
-            seed,
-            out,
-        }) => {
+        CasesCommand::Import(ImportCommand::Bipia { bipia_dir, split, contexts, per_context, position, seed, out }) => {
             let dir = bipia_dir.unwrap_or_else(|| resolve(Path::new(DEFAULT_BIPIA)));
             let contexts = contexts
                 .split(',')
                 .map(|c| {
-                    BipiaContext::parse(c).with_context(|| {
-                        format!("unknown BIPIA context `{c}` (email, table, code)")
-                    })
+                    BipiaContext::parse(c).with_context(|| format!("unknown BIPIA context `{c}` (email, table, code)"))
                 })
                 .collect::<Result<Vec<_>>>()?;
             let position = InsertPosition::parse(&position)
@@ -441,22 +368,10 @@ pub fn run(cmd: CasesCommand) -> Result<()> {
             if split != "test" && split != "train" {
                 bail!("unknown split `{split}` (test or train)");
             }
-            let cases = import_bipia(&BipiaOptions {
-                dir,
-                split,
-                contexts,
-                per_context,
-                position,
-                seed,
-            })?;
+            let cases = import_bipia(&BipiaOptions { dir, split, contexts, per_context, position, seed })?;
             emit(&cases, out.as_deref())
         }
-        CasesCommand::Import(ImportCommand::Rows {
-            file,
-            format,
-            id_prefix,
-            out,
-        }) => {
+        CasesCommand::Import(ImportCommand::Rows { file, format, id_prefix, out }) => {
             let format = format.map(|f| match f {
                 RowFormatArg::Csv => RowFormat::Csv,
                 RowFormatArg::Jsonl => RowFormat::Jsonl,
@@ -466,11 +381,7 @@ pub fn run(cmd: CasesCommand) -> Result<()> {
                 for e in &res.errors {
                     eprintln!("{e}");
                 }
-                bail!(
-                    "{}: {} row(s) could not be imported; nothing written",
-                    file.display(),
-                    res.errors.len()
-                );
+                bail!("{}: {} row(s) could not be imported; nothing written", file.display(), res.errors.len());
             }
             emit(&res.cases, out.as_deref())
         }
@@ -478,10 +389,7 @@ pub fn run(cmd: CasesCommand) -> Result<()> {
             let mut cases = load_or_report(&file)?;
             let mut stale = 0;
             for lc in &mut cases {
-                for (field, p) in [
-                    ("payload", &mut lc.case.payload),
-                    ("benign", &mut lc.case.benign),
-                ] {
+                for (field, p) in [("payload", &mut lc.case.payload), ("benign", &mut lc.case.benign)] {
                     let fresh = p.fingerprint();
                     if p.sha256.as_deref() != Some(fresh.as_str()) {
                         stale += 1;
@@ -502,7 +410,10 @@ pub fn run(cmd: CasesCommand) -> Result<()> {
             } else if stale == 0 {
                 println!("{}: all fingerprints match", file.display());
             } else {
-                bail!("{}: {stale} stale fingerprint(s); rerun with --write after reviewing the payloads", file.display());
+                bail!(
+                    "{}: {stale} stale fingerprint(s); rerun with --write after reviewing the payloads",
+                    file.display()
+                );
             }
             Ok(())
         }
