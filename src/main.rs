@@ -25,6 +25,7 @@ enum Command {
 }
 
 fn main() {
+    trustlens::tune_allocator();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Model(cmd) => cli::model::run(cmd),

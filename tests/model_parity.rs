@@ -13,8 +13,7 @@ const TOL: f64 = 1e-4;
 
 fn reference(dir: &Path) -> (Vec<Vec<u32>>, Vec<Vec<u32>>) {
     let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).unwrap())
-            .unwrap();
+        serde_json::from_str(&std::fs::read_to_string(dir.join("reference.json")).unwrap()).unwrap();
     let ids = |k: &str| -> Vec<Vec<u32>> { serde_json::from_value(v[k].clone()).unwrap() };
     (ids("prompts"), ids("greedy"))
 }
@@ -24,50 +23,28 @@ fn check_parity(name: &str, model_path: &Path, dtype: DType, prefix: &str, tol: 
     check_parity_with(name, model_path, dtype, prefix, tol, AttnImpl::Eager)
 }
 
-fn check_parity_with(
-    name: &str,
-    model_path: &Path,
-    dtype: DType,
-    prefix: &str,
-    tol: f64,
-    attn: AttnImpl,
-) -> f64 {
+fn check_parity_with(name: &str, model_path: &Path, dtype: DType, prefix: &str, tol: f64, attn: AttnImpl) -> f64 {
     let dir = fixture(name);
     let (prompts, greedy) = reference(&dir);
     let refs = read_tensors(&dir.join("reference.safetensors"));
-    let mut m = model::load(
-        model_path,
-        LoadOptions {
-            dtype,
-            device: Device::Cpu,
-        },
-    )
-    .unwrap();
+    let mut m = model::load(model_path, LoadOptions { dtype, device: Device::Cpu }).unwrap();
     m.attn_impl = attn;
     let n = m.n_layers();
     let mut worst: f64 = 0.0;
     for (i, p) in prompts.iter().enumerate() {
         let batch = Batch::left_padded(std::slice::from_ref(p), 0).unwrap();
-        let mut spec = HookSpec::new()
-            .capture(HookPoint::LnFinal, Positions::All)
-            .capture(HookPoint::Logits, Positions::All);
+        let mut spec =
+            HookSpec::new().capture(HookPoint::LnFinal, Positions::All).capture(HookPoint::Logits, Positions::All);
         for l in 0..n {
             spec = spec.capture(HookPoint::ResidPost(l), Positions::All);
         }
         let out = m.forward(&batch, &spec).unwrap();
         for l in 0..n {
-            let got = out
-                .cache
-                .get(HookPoint::ResidPost(l))
-                .unwrap()
-                .squeeze_dim(0);
+            let got = out.cache.get(HookPoint::ResidPost(l)).unwrap().squeeze_dim(0);
             let want = &refs[&format!("{prefix}p{i}.resid_post.{l}")];
             let d = max_abs_diff(&got, want);
             worst = worst.max(d);
-            assert!(
-                d <= tol,
-                "{name} prompt {i} layer {l}: resid_post max abs diff {d:.3e} > {tol:.0e}"
-            );
+            assert!(d <= tol, "{name} prompt {i} layer {l}: resid_post max abs diff {d:.3e} > {tol:.0e}");
         }
         let d = max_abs_diff(
             &out.cache.get(HookPoint::LnFinal).unwrap().squeeze_dim(0),
@@ -86,13 +63,8 @@ fn check_parity_with(
         let eos = if name == "smollm2" { vec![2] } else { vec![] };
         let max_new = greedy.iter().map(|g| g.len()).max().unwrap();
         for (i, p) in prompts.iter().enumerate() {
-            let got = m
-                .generate_greedy(std::slice::from_ref(p), 0, max_new, &eos)
-                .unwrap();
-            assert_eq!(
-                got[0], greedy[i],
-                "{name} prompt {i}: greedy tokens differ from transformers"
-            );
+            let got = m.generate_greedy(std::slice::from_ref(p), 0, max_new, &eos).unwrap();
+            assert_eq!(got[0], greedy[i], "{name} prompt {i}: greedy tokens differ from transformers");
         }
     }
     worst
@@ -106,13 +78,7 @@ fn tiny_llama_gqa_llama3_rope_untied_matches_hf() {
 
 #[test]
 fn tiny_mistral_head_dim_matches_hf() {
-    check_parity(
-        "tiny-mistral",
-        &fixture("tiny-mistral"),
-        DType::F32,
-        "",
-        TOL,
-    );
+    check_parity("tiny-mistral", &fixture("tiny-mistral"), DType::F32, "", TOL);
 }
 
 #[test]
@@ -166,59 +132,28 @@ fn padded_batch_equals_single_prompts() {
     let batch = Batch::left_padded(&prompts, 0).unwrap();
     let mut all_last = Vec::new();
     let out = m.forward(&batch, &spec(Positions::Last)).unwrap();
-    assert_eq!(
-        out.last_token_index,
-        prompts
-            .iter()
-            .map(|p| p.len() as i64 - 1)
-            .collect::<Vec<_>>()
-    );
+    assert_eq!(out.last_token_index, prompts.iter().map(|p| p.len() as i64 - 1).collect::<Vec<_>>());
     // Per-example explicit positions: the middle token of each prompt.
     let mids: Vec<i64> = prompts.iter().map(|p| p.len() as i64 / 2).collect();
-    let out_mid = m
-        .forward(&batch, &spec(Positions::At(mids.clone())))
-        .unwrap();
+    let out_mid = m.forward(&batch, &spec(Positions::At(mids.clone()))).unwrap();
     for (i, p) in prompts.iter().enumerate() {
         let single = Batch::left_padded(std::slice::from_ref(p), 0).unwrap();
         let s = m.forward(&single, &spec(Positions::All)).unwrap();
         for l in 0..n {
             let full = s.cache.get(HookPoint::ResidPost(l)).unwrap().get(0);
-            let d_last = max_abs_diff(
-                &out.cache
-                    .get(HookPoint::ResidPost(l))
-                    .unwrap()
-                    .get(i as i64),
-                &full.get(-1),
-            );
-            let d_mid = max_abs_diff(
-                &out_mid
-                    .cache
-                    .get(HookPoint::ResidPost(l))
-                    .unwrap()
-                    .get(i as i64),
-                &full.get(mids[i]),
-            );
-            assert!(
-                d_last <= 1e-5 && d_mid <= 1e-5,
-                "prompt {i} layer {l}: batch vs alone {d_last:.2e} / {d_mid:.2e}"
-            );
+            let d_last = max_abs_diff(&out.cache.get(HookPoint::ResidPost(l)).unwrap().get(i as i64), &full.get(-1));
+            let d_mid =
+                max_abs_diff(&out_mid.cache.get(HookPoint::ResidPost(l)).unwrap().get(i as i64), &full.get(mids[i]));
+            assert!(d_last <= 1e-5 && d_mid <= 1e-5, "prompt {i} layer {l}: batch vs alone {d_last:.2e} / {d_mid:.2e}");
         }
         all_last.push(out.cache.get(HookPoint::Logits).unwrap().get(i as i64));
-        let d = max_abs_diff(
-            &all_last[i],
-            &s.cache.get(HookPoint::Logits).unwrap().get(0),
-        );
+        let d = max_abs_diff(&all_last[i], &s.cache.get(HookPoint::Logits).unwrap().get(0));
         assert!(d <= 1e-5, "prompt {i}: logits batch vs alone {d:.2e}");
     }
     // Batched greedy decoding equals one-by-one decoding.
     let batched = m.generate_greedy(&prompts, 0, 6, &[]).unwrap();
     for (i, p) in prompts.iter().enumerate() {
-        assert_eq!(
-            batched[i],
-            m.generate_greedy(std::slice::from_ref(p), 0, 6, &[])
-                .unwrap()[0],
-            "prompt {i}"
-        );
+        assert_eq!(batched[i], m.generate_greedy(std::slice::from_ref(p), 0, 6, &[]).unwrap()[0], "prompt {i}");
     }
     let _ = Tensor::zeros([1], (tch::Kind::Float, Device::Cpu));
 }

@@ -99,41 +99,28 @@ impl ModelConfig {
     /// Parse `config.json`, check the architecture is one we run and the numbers are consistent.
     pub fn from_file(path: &Path) -> Result<Self, ModelError> {
         let text = std::fs::read_to_string(path).map_err(|e| ModelError::io(path, e))?;
-        let mut cfg: ModelConfig =
-            serde_json::from_str(&text).map_err(|e| ModelError::BadConfig {
-                path: path.to_path_buf(),
-                why: e.to_string(),
-            })?;
+        let mut cfg: ModelConfig = serde_json::from_str(&text)
+            .map_err(|e| ModelError::BadConfig { path: path.to_path_buf(), why: e.to_string() })?;
         if let Some(rp) = cfg.rope_parameters.take() {
             if let Some(theta) = rp.get("rope_theta").and_then(|v| v.as_f64()) {
                 cfg.rope_theta = theta;
             }
-            let rs: RopeScaling =
-                serde_json::from_value(rp).map_err(|e| ModelError::BadConfig {
-                    path: path.to_path_buf(),
-                    why: format!("rope_parameters: {e}"),
-                })?;
+            let rs: RopeScaling = serde_json::from_value(rp).map_err(|e| ModelError::BadConfig {
+                path: path.to_path_buf(),
+                why: format!("rope_parameters: {e}"),
+            })?;
             if rs.rope_type != "default" {
                 cfg.rope_scaling = Some(rs);
             }
         }
-        cfg.architecture().map_err(|why| ModelError::BadConfig {
-            path: path.to_path_buf(),
-            why,
-        })?;
-        cfg.check().map_err(|why| ModelError::BadConfig {
-            path: path.to_path_buf(),
-            why,
-        })?;
+        cfg.architecture().map_err(|why| ModelError::BadConfig { path: path.to_path_buf(), why })?;
+        cfg.check().map_err(|why| ModelError::BadConfig { path: path.to_path_buf(), why })?;
         Ok(cfg)
     }
 
     /// Build the same configuration from GGUF metadata (`{arch}.block_count`, ...).
     pub fn from_gguf(g: &GgufFile) -> Result<Self, ModelError> {
-        let bad = |why: String| ModelError::BadConfig {
-            path: g.path.clone(),
-            why,
-        };
+        let bad = |why: String| ModelError::BadConfig { path: g.path.clone(), why };
         let arch = g
             .get("general.architecture")
             .and_then(|v| v.as_str())
@@ -159,10 +146,7 @@ impl ModelConfig {
         let hidden = u("embedding_length")?;
         let heads = u("attention.head_count")?;
         let kv = u("attention.head_count_kv").unwrap_or(heads);
-        let vocab = match g
-            .get(&format!("{arch}.vocab_size"))
-            .and_then(|v| v.as_u64())
-        {
+        let vocab = match g.get(&format!("{arch}.vocab_size")).and_then(|v| v.as_u64()) {
             Some(v) => v as usize,
             None => g
                 .get("tokenizer.ggml.tokens")
@@ -171,19 +155,11 @@ impl ModelConfig {
                 .or_else(|| g.tensor_info("token_embd.weight").map(|t| t.shape[0]))
                 .ok_or_else(|| bad("cannot tell the vocabulary size".into()))?,
         };
-        let head_dim = g
-            .get(&format!("{arch}.attention.key_length"))
-            .and_then(|v| v.as_u64())
-            .map(|v| v as usize)
-            .or_else(|| {
-                g.get(&format!("{arch}.rope.dimension_count"))
-                    .and_then(|v| v.as_u64())
-                    .map(|v| v as usize)
+        let head_dim =
+            g.get(&format!("{arch}.attention.key_length")).and_then(|v| v.as_u64()).map(|v| v as usize).or_else(|| {
+                g.get(&format!("{arch}.rope.dimension_count")).and_then(|v| v.as_u64()).map(|v| v as usize)
             });
-        let rope_scaling = match g
-            .get(&format!("{arch}.rope.scaling.type"))
-            .and_then(|v| v.as_str())
-        {
+        let rope_scaling = match g.get(&format!("{arch}.rope.scaling.type")).and_then(|v| v.as_str()) {
             Some("linear") => Some(RopeScaling {
                 rope_type: "linear".into(),
                 factor: f("rope.scaling.factor"),
@@ -211,14 +187,8 @@ impl ModelConfig {
             tie_word_embeddings: tie,
             attention_bias: g.tensor_info("blk.0.attn_q.bias").is_some(),
             max_position_embeddings: u("context_length").ok(),
-            bos_token_id: g
-                .get("tokenizer.ggml.bos_token_id")
-                .and_then(|v| v.as_u64())
-                .map(Into::into),
-            eos_token_id: g
-                .get("tokenizer.ggml.eos_token_id")
-                .and_then(|v| v.as_u64())
-                .map(Into::into),
+            bos_token_id: g.get("tokenizer.ggml.bos_token_id").and_then(|v| v.as_u64()).map(Into::into),
+            eos_token_id: g.get("tokenizer.ggml.eos_token_id").and_then(|v| v.as_u64()).map(Into::into),
             hidden_act: Some("silu".into()),
             torch_dtype: None,
             sliding_window: None,
@@ -256,8 +226,7 @@ impl ModelConfig {
     }
 
     pub fn head_dim(&self) -> usize {
-        self.head_dim
-            .unwrap_or(self.hidden_size / self.num_attention_heads)
+        self.head_dim.unwrap_or(self.hidden_size / self.num_attention_heads)
     }
 
     /// Whether q/k/v projections carry biases (always for Qwen2, `attention_bias` for Llama).
@@ -297,10 +266,7 @@ impl ModelConfig {
             ));
         }
         if self.head_dim() % 2 != 0 {
-            return Err(format!(
-                "head_dim {} is odd; rotary embeddings need an even head_dim",
-                self.head_dim()
-            ));
+            return Err(format!("head_dim {} is odd; rotary embeddings need an even head_dim", self.head_dim()));
         }
         if let Some(act) = &self.hidden_act {
             if act != "silu" && act != "swish" {
@@ -311,8 +277,7 @@ impl ModelConfig {
             match rs.rope_type.as_str() {
                 "default" => {}
                 "linear" => {
-                    rs.factor
-                        .ok_or("rope_scaling of type linear needs `factor`")?;
+                    rs.factor.ok_or("rope_scaling of type linear needs `factor`")?;
                 }
                 "llama3" => {
                     for (k, v) in [
@@ -322,15 +287,10 @@ impl ModelConfig {
                     ] {
                         v.ok_or_else(|| format!("rope_scaling of type llama3 needs `{k}`"))?;
                     }
-                    rs.original_max_position_embeddings.ok_or(
-                        "rope_scaling of type llama3 needs `original_max_position_embeddings`",
-                    )?;
+                    rs.original_max_position_embeddings
+                        .ok_or("rope_scaling of type llama3 needs `original_max_position_embeddings`")?;
                 }
-                other => {
-                    return Err(format!(
-                        "rope_scaling type `{other}` is not supported (default, linear, llama3)"
-                    ))
-                }
+                other => return Err(format!("rope_scaling type `{other}` is not supported (default, linear, llama3)")),
             }
         }
         Ok(())
@@ -339,14 +299,8 @@ impl ModelConfig {
     /// End-of-sequence token ids named in the config (an int or a list).
     pub fn eos_ids(&self) -> Vec<u32> {
         match &self.eos_token_id {
-            Some(serde_json::Value::Number(n)) => {
-                n.as_u64().map(|v| vec![v as u32]).unwrap_or_default()
-            }
-            Some(serde_json::Value::Array(a)) => a
-                .iter()
-                .filter_map(|v| v.as_u64())
-                .map(|v| v as u32)
-                .collect(),
+            Some(serde_json::Value::Number(n)) => n.as_u64().map(|v| vec![v as u32]).unwrap_or_default(),
+            Some(serde_json::Value::Array(a)) => a.iter().filter_map(|v| v.as_u64()).map(|v| v as u32).collect(),
             _ => vec![],
         }
     }

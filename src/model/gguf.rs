@@ -29,21 +29,14 @@ pub enum GgufError {
     #[error("{}: truncated or corrupt GGUF file: {what}", .path.display())]
     Truncated { path: PathBuf, what: String },
     #[error("{}: tensor `{tensor}` has ggml type {ty} which trustlens cannot dequantise (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K)", .path.display())]
-    UnsupportedType {
-        path: PathBuf,
-        tensor: String,
-        ty: String,
-    },
+    UnsupportedType { path: PathBuf, tensor: String, ty: String },
     #[error("{}: no tensor named `{name}`", .path.display())]
     MissingTensor { path: PathBuf, name: String },
 }
 
 impl GgufError {
     fn truncated(path: &Path, what: impl Into<String>) -> Self {
-        GgufError::Truncated {
-            path: path.to_path_buf(),
-            what: what.into(),
-        }
+        GgufError::Truncated { path: path.to_path_buf(), what: what.into() }
     }
 }
 
@@ -232,10 +225,7 @@ impl<'a> Cursor<'a> {
                 self.pos = end;
                 Ok(s)
             }
-            None => Err(GgufError::truncated(
-                self.path,
-                format!("file ends inside {what} at byte {}", self.pos),
-            )),
+            None => Err(GgufError::truncated(self.path, format!("file ends inside {what} at byte {}", self.pos))),
         }
     }
     fn u8(&mut self, w: &str) -> Result<u8, GgufError> {
@@ -254,10 +244,7 @@ impl<'a> Cursor<'a> {
         let n = self.u64(w)?;
         // A length can never exceed the bytes left; catching it here avoids huge allocations on corrupt files.
         if n > (self.buf.len() - self.pos) as u64 {
-            return Err(GgufError::truncated(
-                self.path,
-                format!("{w} claims length {n} past the end of the file"),
-            ));
+            return Err(GgufError::truncated(self.path, format!("{w} claims length {n} past the end of the file")));
         }
         Ok(n as usize)
     }
@@ -289,12 +276,7 @@ impl<'a> Cursor<'a> {
             10 => GgufValue::U64(self.u64(w)?),
             11 => GgufValue::I64(self.u64(w)? as i64),
             12 => GgufValue::F64(f64::from_bits(self.u64(w)?)),
-            t => {
-                return Err(GgufError::truncated(
-                    self.path,
-                    format!("unknown metadata value type {t} in {w}"),
-                ))
-            }
+            t => return Err(GgufError::truncated(self.path, format!("unknown metadata value type {t} in {w}"))),
         })
     }
 }
@@ -303,19 +285,12 @@ impl GgufFile {
     /// Open and parse the header, metadata and tensor directory; checks that every tensor lies inside the file.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, GgufError> {
         let path = path.as_ref().to_path_buf();
-        let io = |source| GgufError::Io {
-            path: path.clone(),
-            source,
-        };
+        let io = |source| GgufError::Io { path: path.clone(), source };
         let file = File::open(&path).map_err(io)?;
         // SAFETY: the mapping is read-only; a file changed underneath us can give wrong values but no UB beyond that
         // which every mmap-based loader (llama.cpp, safetensors) accepts.
         let mmap = unsafe { Mmap::map(&file) }.map_err(io)?;
-        let mut c = Cursor {
-            buf: &mmap,
-            pos: 0,
-            path: &path,
-        };
+        let mut c = Cursor { buf: &mmap, pos: 0, path: &path };
         let magic: [u8; 4] = c.take(4, "the magic bytes")?.try_into().unwrap();
         if &magic != b"GGUF" {
             return Err(GgufError::BadMagic { path, magic });
@@ -339,10 +314,7 @@ impl GgufFile {
             let w = format!("tensor info `{name}`");
             let nd = c.u32(&w)? as usize;
             if nd > 8 {
-                return Err(GgufError::truncated(
-                    &path,
-                    format!("{w} has {nd} dimensions"),
-                ));
+                return Err(GgufError::truncated(&path, format!("{w} has {nd} dimensions")));
             }
             let mut ne = Vec::with_capacity(nd);
             for _ in 0..nd {
@@ -351,18 +323,9 @@ impl GgufFile {
             let ty = GgmlType::from_u32(c.u32(&w)?);
             let offset = c.u64(&w)?;
             ne.reverse();
-            tensors.push(GgufTensorInfo {
-                name,
-                shape: ne,
-                ty,
-                offset,
-            });
+            tensors.push(GgufTensorInfo { name, shape: ne, ty, offset });
         }
-        let align = metadata
-            .get("general.alignment")
-            .and_then(|v| v.as_u64())
-            .unwrap_or(32)
-            .max(1) as usize;
+        let align = metadata.get("general.alignment").and_then(|v| v.as_u64()).unwrap_or(32).max(1) as usize;
         let data_start = c.pos.div_ceil(align) * align;
         let mut index = BTreeMap::new();
         for (i, t) in tensors.iter().enumerate() {
@@ -372,34 +335,19 @@ impl GgufFile {
                 if n % bv != 0 {
                     return Err(GgufError::truncated(
                         &path,
-                        format!(
-                            "tensor `{}` has {n} values, not a multiple of its block size {bv}",
-                            t.name
-                        ),
+                        format!("tensor `{}` has {n} values, not a multiple of its block size {bv}", t.name),
                     ));
                 }
                 let end = data_start as u64 + t.offset + (n / bv * bb) as u64;
                 if end > mmap.len() as u64 {
                     return Err(GgufError::truncated(
                         &path,
-                        format!(
-                            "tensor `{}` ends at byte {end} but the file has {} bytes",
-                            t.name,
-                            mmap.len()
-                        ),
+                        format!("tensor `{}` ends at byte {end} but the file has {} bytes", t.name, mmap.len()),
                     ));
                 }
             }
         }
-        Ok(GgufFile {
-            path,
-            version,
-            metadata,
-            tensors,
-            index,
-            data_start,
-            mmap,
-        })
+        Ok(GgufFile { path, version, metadata, tensors, index, data_start, mmap })
     }
 
     pub fn get(&self, key: &str) -> Option<&GgufValue> {
@@ -421,14 +369,27 @@ impl GgufFile {
         Ok(&self.mmap[start..start + info.numel() / bv * bb])
     }
 
+    /// Dequantise a tensor straight into a new f32 CPU tensor of its PyTorch shape (no intermediate buffer), then
+    /// tell the kernel the mapped source pages are no longer needed, so that loading a model does not keep the
+    /// whole file resident beside the dequantised weights.
+    pub fn dequantize_tensor(&self, info: &GgufTensorInfo) -> Result<tch::Tensor, GgufError> {
+        let bytes = self.raw_bytes(info)?;
+        let dims: Vec<i64> = info.shape.iter().map(|&d| d as i64).collect();
+        let t = tch::Tensor::empty(&dims, (tch::Kind::Float, tch::Device::Cpu));
+        let n = info.numel();
+        // SAFETY: `t` is a freshly allocated, contiguous f32 CPU tensor of exactly `n` elements that nothing else
+        // references yet; the slice does not outlive this block.
+        let dst = unsafe { std::slice::from_raw_parts_mut(t.data_ptr() as *mut f32, n) };
+        dequantize_into(info.ty, bytes, dst);
+        release_pages(bytes);
+        Ok(t)
+    }
+
     /// Dequantise a tensor to f32 values in row-major PyTorch order ([`GgufTensorInfo::shape`]).
     pub fn dequantize(&self, name: &str) -> Result<Vec<f32>, GgufError> {
         let info = self
             .tensor_info(name)
-            .ok_or_else(|| GgufError::MissingTensor {
-                path: self.path.clone(),
-                name: name.to_string(),
-            })?;
+            .ok_or_else(|| GgufError::MissingTensor { path: self.path.clone(), name: name.to_string() })?;
         let bytes = self.raw_bytes(info)?;
         let mut out = vec![0f32; info.numel()];
         dequantize_into(info.ty, bytes, &mut out);
@@ -552,15 +513,27 @@ pub fn dequantize_into(ty: GgmlType, bytes: &[u8], out: &mut [f32]) {
     }
 }
 
+/// Drop the resident pages of a read-only file mapping that covers `bytes` (whole pages inside it only). The data
+/// stays readable: the kernel reloads it from the file on the next access.
+pub fn release_pages(bytes: &[u8]) {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+    let start = bytes.as_ptr() as usize;
+    let begin = start.div_ceil(page) * page;
+    let end = (start + bytes.len()) / page * page;
+    if end > begin {
+        // SAFETY: [begin, end) lies inside a live read-only file mapping; MADV_DONTNEED on such a mapping only
+        // discards clean page-cache references, and later reads fault the pages back in from the file.
+        unsafe { libc::madvise(begin as *mut libc::c_void, end - begin, libc::MADV_DONTNEED) };
+    }
+}
+
 /// The 6-bit scale and minimum of sub-block `j` in a K-quant's packed 12-byte scale array.
 fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {
-        (
-            (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4),
-            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
-        )
+        ((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
     }
 }
 

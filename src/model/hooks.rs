@@ -47,10 +47,7 @@ impl HookPoint {
         match self {
             HookPoint::Embed => 0,
             HookPoint::ResidPre(l) => l,
-            HookPoint::AttnOut(l)
-            | HookPoint::ResidMid(l)
-            | HookPoint::MlpOut(l)
-            | HookPoint::ResidPost(l) => l + 1,
+            HookPoint::AttnOut(l) | HookPoint::ResidMid(l) | HookPoint::MlpOut(l) | HookPoint::ResidPost(l) => l + 1,
             HookPoint::LnFinal | HookPoint::Logits => n_layers,
         }
     }
@@ -183,8 +180,7 @@ impl HookSpec {
     }
 
     pub(crate) fn wants(&self, hook: HookPoint) -> bool {
-        self.captures.iter().any(|c| c.hook == hook)
-            || self.interventions.iter().any(|i| i.hook == hook)
+        self.captures.iter().any(|c| c.hook == hook) || self.interventions.iter().any(|i| i.hook == hook)
     }
 }
 
@@ -228,14 +224,9 @@ mod tests {
 
     #[test]
     fn depth_is_deepest_hook() {
-        let s = HookSpec::new()
-            .capture_last(HookPoint::ResidPost(4))
-            .capture_last(HookPoint::ResidPre(9));
+        let s = HookSpec::new().capture_last(HookPoint::ResidPost(4)).capture_last(HookPoint::ResidPre(9));
         assert_eq!(s.depth(30), 9);
         assert_eq!(HookSpec::new().depth(30), 30);
-        assert_eq!(
-            HookSpec::new().capture_last(HookPoint::Logits).depth(30),
-            30
-        );
+        assert_eq!(HookSpec::new().capture_last(HookPoint::Logits).depth(30), 30);
     }
 }

@@ -49,9 +49,7 @@ impl Batch {
             return Err(ModelError::Input("empty batch".into()));
         }
         if let Some(i) = seqs.iter().position(|s| s.is_empty()) {
-            return Err(ModelError::Input(format!(
-                "sequence {i} of the batch has no tokens"
-            )));
+            return Err(ModelError::Input(format!("sequence {i} of the batch has no tokens")));
         }
         let t = seqs.iter().map(|s| s.len()).max().unwrap_or(0);
         let b = seqs.len();
@@ -147,12 +145,7 @@ struct Ctx<'a> {
 
 impl Llama {
     /// Build the model from a weight store, converting to `kind` and placing every block on `device`.
-    pub fn load(
-        config: ModelConfig,
-        store: &WeightStore,
-        kind: Kind,
-        device: Device,
-    ) -> Result<Self, ModelError> {
+    pub fn load(config: ModelConfig, store: &WeightStore, kind: Kind, device: Device) -> Result<Self, ModelError> {
         let devices = vec![device; config.num_hidden_layers];
         Self::load_placed(config, store, kind, &devices, device)
     }
@@ -168,31 +161,20 @@ impl Llama {
     ) -> Result<Self, ModelError> {
         store.check_supported()?;
         let d = config.hidden_size;
-        let (h, kv, hd, ffn) = (
-            config.num_attention_heads,
-            config.n_kv_heads(),
-            config.head_dim(),
-            config.intermediate_size,
-        );
+        let (h, kv, hd, ffn) =
+            (config.num_attention_heads, config.n_kv_heads(), config.head_dim(), config.intermediate_size);
         let first = *block_devices.first().unwrap_or(&head_device);
         let mut n_params = 0usize;
         let mut get = |name: &str, shape: &[usize], dev: Device| -> Result<Tensor, ModelError> {
             let t = store
                 .load(name, shape, kind)?
-                .ok_or_else(|| ModelError::MissingTensor {
-                    path: store.path_of(name),
-                    name: name.to_string(),
-                })?;
+                .ok_or_else(|| ModelError::MissingTensor { path: store.path_of(name), name: name.to_string() })?;
             n_params += t.numel();
             Ok(t.to_device(dev))
         };
         let embed = get("model.embed_tokens.weight", &[config.vocab_size, d], first)?;
         let mut blocks = Vec::with_capacity(config.num_hidden_layers);
-        for (i, &dev) in block_devices
-            .iter()
-            .enumerate()
-            .take(config.num_hidden_layers)
-        {
+        for (i, &dev) in block_devices.iter().enumerate().take(config.num_hidden_layers) {
             let p = format!("model.layers.{i}");
             let q = get(&format!("{p}.self_attn.q_proj.weight"), &[h * hd, d], dev)?;
             let k = get(&format!("{p}.self_attn.k_proj.weight"), &[kv * hd, d], dev)?;
@@ -207,28 +189,14 @@ impl Llama {
                 None
             };
             let wo = get(&format!("{p}.self_attn.o_proj.weight"), &[d, h * hd], dev)?;
-            let bo = if config.o_bias() {
-                Some(get(&format!("{p}.self_attn.o_proj.bias"), &[d], dev)?)
-            } else {
-                None
-            };
+            let bo = if config.o_bias() { Some(get(&format!("{p}.self_attn.o_proj.bias"), &[d], dev)?) } else { None };
             let g = get(&format!("{p}.mlp.gate_proj.weight"), &[ffn, d], dev)?;
             let u = get(&format!("{p}.mlp.up_proj.weight"), &[ffn, d], dev)?;
             let w_gate_up = Tensor::cat(&[g, u], 0);
             let w_down = get(&format!("{p}.mlp.down_proj.weight"), &[d, ffn], dev)?;
             let ln_attn = get(&format!("{p}.input_layernorm.weight"), &[d], dev)?;
             let ln_mlp = get(&format!("{p}.post_attention_layernorm.weight"), &[d], dev)?;
-            blocks.push(Block {
-                wqkv,
-                bqkv,
-                wo,
-                bo,
-                w_gate_up,
-                w_down,
-                ln_attn,
-                ln_mlp,
-                device: dev,
-            });
+            blocks.push(Block { wqkv, bqkv, wo, bo, w_gate_up, w_down, ln_attn, ln_mlp, device: dev });
         }
         let norm = get("model.norm.weight", &[d], head_device)?;
         let lm_head = if config.tie_word_embeddings || !store.contains("lm_head.weight") {
@@ -243,22 +211,14 @@ impl Llama {
             get("lm_head.weight", &[config.vocab_size, d], head_device)?
         };
         let inv_freq = rope_inv_freq(&config, store)?.to_device(first);
-        let attn_impl = if first.is_cuda() {
-            AttnImpl::Sdpa
-        } else {
-            AttnImpl::Eager
-        };
-        Ok(Llama {
-            config,
-            kind,
-            attn_impl,
-            embed,
-            blocks,
-            norm,
-            lm_head,
-            inv_freq,
-            n_params,
-        })
+        let attn_impl = if first.is_cuda() { AttnImpl::Sdpa } else { AttnImpl::Eager };
+        // Hand the load's transient buffers (unfused q/k/v, dequantisation scratch) back to the OS.
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        // SAFETY: malloc_trim only releases free memory.
+        unsafe {
+            libc::malloc_trim(0);
+        }
+        Ok(Llama { config, kind, attn_impl, embed, blocks, norm, lm_head, inv_freq, n_params })
     }
 
     /// Unique parameters (tied embeddings counted once).
@@ -291,23 +251,14 @@ impl Llama {
         let ids = batch.input_ids.to_device(dev);
         let mask = batch.attention_mask.to_device(dev);
         let pos = (mask.cumsum(1, Kind::Int64) - 1).clamp_min(0);
-        let ctx = Ctx {
-            batch_pad: &batch.pad,
-            lengths: &batch.lengths,
-            seq: batch.seq_len() as i64,
-        };
+        let ctx = Ctx { batch_pad: &batch.pad, lengths: &batch.lengths, seq: batch.seq_len() as i64 };
         let depth = spec.depth(self.n_layers()).min(self.n_layers());
         let mut cache = ActivationCache::default();
         self.validate_spec(spec, &ctx)?;
         let h = self.embed_tokens(&ids);
-        let (cache_out, blocks_run) =
-            self.run_blocks(h, &mask, &pos, None, spec, &ctx, depth, &mut cache)?;
+        let (cache_out, blocks_run) = self.run_blocks(h, &mask, &pos, None, spec, &ctx, depth, &mut cache)?;
         drop(cache_out);
-        Ok(ForwardOutput {
-            cache,
-            last_token_index: batch.last_token_index(),
-            blocks_run,
-        })
+        Ok(ForwardOutput { cache, last_token_index: batch.last_token_index(), blocks_run })
     }
 
     fn embed_tokens(&self, ids: &Tensor) -> Tensor {
@@ -319,9 +270,7 @@ impl Llama {
         let b = ctx.lengths.len();
         let check_pos = |what: &str, ex: usize, p: i64| -> Result<(), ModelError> {
             if ex >= b {
-                return Err(ModelError::Input(format!(
-                    "{what}: example {ex} is outside the batch of {b}"
-                )));
+                return Err(ModelError::Input(format!("{what}: example {ex} is outside the batch of {b}")));
             }
             if p < 0 || p as usize >= ctx.lengths[ex] {
                 return Err(ModelError::Input(format!(
@@ -334,10 +283,7 @@ impl Llama {
         for c in &spec.captures {
             if let Some(l) = c.hook.layer() {
                 if l >= n {
-                    return Err(ModelError::Input(format!(
-                        "hook {} is past the model's {n} layers",
-                        c.hook
-                    )));
+                    return Err(ModelError::Input(format!("hook {} is past the model's {n} layers", c.hook)));
                 }
             }
             match &c.positions {
@@ -387,15 +333,10 @@ impl Llama {
                 }
             }
             if iv.hook == HookPoint::Logits {
-                return Err(ModelError::Input(
-                    "interventions on logits are not supported".into(),
-                ));
+                return Err(ModelError::Input("interventions on logits are not supported".into()));
             }
             let sz = iv.values.size();
-            if sz.len() != 2
-                || sz[0] as usize != iv.targets.len()
-                || sz[1] as usize != self.d_model()
-            {
+            if sz.len() != 2 || sz[0] as usize != iv.targets.len() || sz[1] as usize != self.d_model() {
                 return Err(ModelError::Input(format!(
                     "intervention at {}: values have shape {sz:?}, expected [{}, {}]",
                     iv.hook,
@@ -459,23 +400,13 @@ impl Llama {
         let normed = self.hook(HookPoint::LnFinal, normed, spec, ctx, cache);
         for c in spec.captures.iter().filter(|c| c.hook == HookPoint::Logits) {
             let rows = gather(&normed, &c.positions, ctx);
-            cache.tensors.insert(
-                HookPoint::Logits,
-                rows.linear::<&Tensor>(&self.lm_head, None),
-            );
+            cache.tensors.insert(HookPoint::Logits, rows.linear::<&Tensor>(&self.lm_head, None));
         }
         Ok((Some(normed), depth))
     }
 
     /// Apply interventions at `point`, then record captures. Returns `x` untouched when nothing names `point`.
-    fn hook(
-        &self,
-        point: HookPoint,
-        mut x: Tensor,
-        spec: &HookSpec,
-        ctx: &Ctx,
-        cache: &mut ActivationCache,
-    ) -> Tensor {
+    fn hook(&self, point: HookPoint, mut x: Tensor, spec: &HookSpec, ctx: &Ctx, cache: &mut ActivationCache) -> Tensor {
         if !spec.wants(point) {
             return x;
         }
@@ -483,10 +414,7 @@ impl Llama {
             let bidx: Vec<i64> = iv.targets.iter().map(|&(b, _)| b as i64).collect();
             let pidx: Vec<i64> = iv.targets.iter().map(|&(b, p)| padded(ctx, b, p)).collect();
             let dev = x.device();
-            let idx = [
-                Some(Tensor::from_slice(&bidx).to_device(dev)),
-                Some(Tensor::from_slice(&pidx).to_device(dev)),
-            ];
+            let idx = [Some(Tensor::from_slice(&bidx).to_device(dev)), Some(Tensor::from_slice(&pidx).to_device(dev))];
             let vals = iv.values.to_device(dev).to_kind(x.kind());
             x = x.index_put(&idx, &vals, iv.mode == InterventionMode::Add);
         }
@@ -513,11 +441,8 @@ impl Llama {
         kv: Option<(&mut Tensor, &mut Tensor)>,
     ) -> Tensor {
         let (b, t) = (x.size()[0], x.size()[1]);
-        let (h, kvh, hd) = (
-            self.config.num_attention_heads as i64,
-            self.config.n_kv_heads() as i64,
-            self.config.head_dim() as i64,
-        );
+        let (h, kvh, hd) =
+            (self.config.num_attention_heads as i64, self.config.n_kv_heads() as i64, self.config.head_dim() as i64);
         let qkv = x.linear(&blk.wqkv, blk.bqkv.as_ref());
         let parts = qkv.split_with_sizes([h * hd, kvh * hd, kvh * hd], -1);
         let q = parts[0].view([b, t, h, hd]).transpose(1, 2);
@@ -539,10 +464,7 @@ impl Llama {
                 // HF's eager attention, op for op (bitwise equal to transformers in f32 on CPU).
                 let rep = h / kvh;
                 let (k, v) = if rep > 1 {
-                    (
-                        k.repeat_interleave_self_int(rep, 1, None),
-                        v.repeat_interleave_self_int(rep, 1, None),
-                    )
+                    (k.repeat_interleave_self_int(rep, 1, None), v.repeat_interleave_self_int(rep, 1, None))
                 } else {
                     (k, v)
                 };
@@ -550,30 +472,16 @@ impl Llama {
                 let w = w.masked_fill(&mask.logical_not(), kind_min(w.kind()));
                 w.softmax(-1, Kind::Float).to_kind(q.kind()).matmul(&v)
             }
-            AttnImpl::Sdpa => Tensor::scaled_dot_product_attention(
-                &q,
-                &k,
-                &v,
-                Some(mask),
-                0.0,
-                false,
-                None,
-                h != kvh,
-            ),
+            AttnImpl::Sdpa => Tensor::scaled_dot_product_attention(&q, &k, &v, Some(mask), 0.0, false, None, h != kvh),
         };
-        out.transpose(1, 2)
-            .reshape([b, t, h * hd])
-            .linear(&blk.wo, blk.bo.as_ref())
+        out.transpose(1, 2).reshape([b, t, h * hd]).linear(&blk.wo, blk.bo.as_ref())
     }
 
     /// cos/sin tables for position ids `[batch, seq]` -> `[batch, 1, seq, head_dim]` in the compute dtype.
     fn rope_tables(&self, pos: &Tensor) -> (Tensor, Tensor) {
         let freqs = pos.to_kind(Kind::Float).unsqueeze(-1) * self.inv_freq.view([1, 1, -1]);
         let emb = Tensor::cat(&[&freqs, &freqs], -1);
-        (
-            emb.cos().to_kind(self.kind).unsqueeze(1),
-            emb.sin().to_kind(self.kind).unsqueeze(1),
-        )
+        (emb.cos().to_kind(self.kind).unsqueeze(1), emb.sin().to_kind(self.kind).unsqueeze(1))
     }
 
     /// Start incremental decoding: run the prompt batch and keep every block's keys and values.
@@ -594,27 +502,11 @@ impl Llama {
             key_mask: mask.shallow_clone(),
             next_pos: pos.select(1, -1) + 1,
         };
-        let ctx = Ctx {
-            batch_pad: &batch.pad,
-            lengths: &batch.lengths,
-            seq: batch.seq_len() as i64,
-        };
+        let ctx = Ctx { batch_pad: &batch.pad, lengths: &batch.lengths, seq: batch.seq_len() as i64 };
         let spec = HookSpec::new().capture_last(HookPoint::Logits);
         let mut cache = ActivationCache::default();
-        self.run_blocks(
-            self.embed_tokens(&ids),
-            &mask,
-            &pos,
-            Some(&mut kv),
-            &spec,
-            &ctx,
-            n,
-            &mut cache,
-        )?;
-        let logits = cache
-            .take(HookPoint::Logits)
-            .expect("logits were requested")
-            .to_kind(Kind::Float);
+        self.run_blocks(self.embed_tokens(&ids), &mask, &pos, Some(&mut kv), &spec, &ctx, n, &mut cache)?;
+        let logits = cache.take(HookPoint::Logits).expect("logits were requested").to_kind(Kind::Float);
         Ok((logits, kv))
     }
 
@@ -632,30 +524,14 @@ impl Llama {
         let pos = kv.next_pos.view([b, 1]);
         let lengths = vec![1usize; b as usize];
         let pad = vec![0usize; b as usize];
-        let ctx = Ctx {
-            batch_pad: &pad,
-            lengths: &lengths,
-            seq: 1,
-        };
+        let ctx = Ctx { batch_pad: &pad, lengths: &lengths, seq: 1 };
         let spec = HookSpec::new().capture_last(HookPoint::Logits);
         let mut cache = ActivationCache::default();
         let n = self.n_layers();
-        self.run_blocks(
-            self.embed_tokens(&ids),
-            &key_mask,
-            &pos,
-            Some(kv),
-            &spec,
-            &ctx,
-            n,
-            &mut cache,
-        )?;
+        self.run_blocks(self.embed_tokens(&ids), &key_mask, &pos, Some(kv), &spec, &ctx, n, &mut cache)?;
         kv.key_mask = key_mask;
         kv.next_pos = &kv.next_pos + 1;
-        Ok(cache
-            .take(HookPoint::Logits)
-            .expect("logits were requested")
-            .to_kind(Kind::Float))
+        Ok(cache.take(HookPoint::Logits).expect("logits were requested").to_kind(Kind::Float))
     }
 
     /// Greedy decoding with a KV cache. Stops per example at an id in `stop` (included in the output) or after
@@ -700,32 +576,19 @@ fn gather(x: &Tensor, positions: &Positions, ctx: &Ctx) -> Tensor {
     let dev = x.device();
     let b = ctx.lengths.len();
     let pick = |bi: Vec<i64>, pi: Vec<i64>| {
-        x.index(&[
-            Some(Tensor::from_slice(&bi).to_device(dev)),
-            Some(Tensor::from_slice(&pi).to_device(dev)),
-        ])
+        x.index(&[Some(Tensor::from_slice(&bi).to_device(dev)), Some(Tensor::from_slice(&pi).to_device(dev))])
     };
     match positions {
         Positions::All => x.copy(),
         // Left padding: every example's last real token sits at the last padded position.
         Positions::Last => x.select(1, ctx.seq - 1).copy(),
-        Positions::At(p) => pick(
-            (0..b as i64).collect(),
-            p.iter()
-                .enumerate()
-                .map(|(i, &q)| padded(ctx, i, q))
-                .collect(),
-        ),
+        Positions::At(p) => {
+            pick((0..b as i64).collect(), p.iter().enumerate().map(|(i, &q)| padded(ctx, i, q)).collect())
+        }
         Positions::Many(ps) => {
             let k = ps.first().map(|p| p.len()).unwrap_or(0) as i64;
-            let bi = (0..b)
-                .flat_map(|i| std::iter::repeat_n(i as i64, k as usize))
-                .collect();
-            let pi = ps
-                .iter()
-                .enumerate()
-                .flat_map(|(i, p)| p.iter().map(move |&q| padded(ctx, i, q)))
-                .collect();
+            let bi = (0..b).flat_map(|i| std::iter::repeat_n(i as i64, k as usize)).collect();
+            let pi = ps.iter().enumerate().flat_map(|(i, p)| p.iter().map(move |&q| padded(ctx, i, q))).collect();
             pick(bi, pi).view([b as i64, k, -1])
         }
     }
@@ -740,11 +603,7 @@ fn attention_mask(key_mask: &Tensor, t: i64, s: i64) -> Tensor {
     let causal = k.le_tensor(&q);
     let diag = k.eq_tensor(&q);
     let keys = key_mask.ne(0).view([-1, 1, 1, s]);
-    causal
-        .unsqueeze(0)
-        .unsqueeze(0)
-        .logical_and(&keys)
-        .logical_or(&diag.unsqueeze(0).unsqueeze(0))
+    causal.unsqueeze(0).unsqueeze(0).logical_and(&keys).logical_or(&diag.unsqueeze(0).unsqueeze(0))
 }
 
 /// The most negative finite value of a float kind (`torch.finfo(kind).min`), HF's additive mask value.
@@ -778,9 +637,7 @@ fn apply_rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
 /// factor tensor, computed the way HF does.
 fn rope_inv_freq(cfg: &ModelConfig, store: &WeightStore) -> Result<Tensor, ModelError> {
     let dim = cfg.head_dim() as i64;
-    let exps = Tensor::arange_start_step(0, dim, 2, (Kind::Int64, Device::Cpu))
-        .to_kind(Kind::Float)
-        / dim as f64;
+    let exps = Tensor::arange_start_step(0, dim, 2, (Kind::Int64, Device::Cpu)).to_kind(Kind::Float) / dim as f64;
     let base = Tensor::from(cfg.rope_theta as f32);
     let mut inv = base.pow(&exps).reciprocal();
     if let Some(rs) = &cfg.rope_scaling {
@@ -796,8 +653,7 @@ fn rope_inv_freq(cfg: &ModelConfig, store: &WeightStore) -> Result<Tensor, Model
                 let wavelen = inv.reciprocal() * (2.0 * std::f64::consts::PI);
                 let scaled = inv.where_self(&wavelen.le(lo_wav), &(&inv / factor));
                 let smooth = (wavelen.reciprocal() * old - lo) / (hi - lo);
-                let smoothed =
-                    (smooth.ones_like() - &smooth) * &scaled / factor + &smooth * &scaled;
+                let smoothed = (smooth.ones_like() - &smooth) * &scaled / factor + &smooth * &scaled;
                 let medium = wavelen.ge(hi_wav).logical_and(&wavelen.le(lo_wav));
                 inv = smoothed.where_self(&medium, &scaled);
             }
@@ -806,9 +662,7 @@ fn rope_inv_freq(cfg: &ModelConfig, store: &WeightStore) -> Result<Tensor, Model
     }
     if let WeightStore::Gguf { file, .. } = store {
         if file.tensor_info("rope_freqs.weight").is_some() {
-            let f = file
-                .dequantize("rope_freqs.weight")
-                .map_err(ModelError::Gguf)?;
+            let f = file.dequantize("rope_freqs.weight").map_err(ModelError::Gguf)?;
             inv = inv / Tensor::from_slice(&f);
         }
     }

@@ -8,15 +8,14 @@
 //!
 //! [`load`] resolves a path (a model directory, a `.safetensors` file, or a `.gguf` file) and builds a [`Llama`].
 pub mod config;
+pub mod cuda;
 pub mod gguf;
 pub mod hooks;
 pub mod llama;
 pub mod weights;
 
 pub use config::{Architecture, ModelConfig};
-pub use hooks::{
-    ActivationCache, Capture, HookPoint, HookSpec, Intervention, InterventionMode, Positions,
-};
+pub use hooks::{ActivationCache, Capture, HookPoint, HookSpec, Intervention, InterventionMode, Positions};
 pub use llama::{AttnImpl, Batch, ForwardOutput, KvCache, Llama};
 
 use std::collections::BTreeMap;
@@ -54,10 +53,7 @@ pub enum ModelError {
 
 impl ModelError {
     pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
-        ModelError::Io {
-            path: path.to_path_buf(),
-            source,
-        }
+        ModelError::Io { path: path.to_path_buf(), source }
     }
 }
 
@@ -101,35 +97,32 @@ impl FromStr for DType {
 /// Parse `cpu`, `cuda`, `cuda:N` or `auto` (first GPU if CUDA is usable, else CPU), checking the GPU exists.
 pub fn parse_device(s: &str) -> Result<Device, ModelError> {
     let s = s.trim().to_ascii_lowercase();
-    let cuda_n = tch::Cuda::device_count() as usize;
-    match s.as_str() {
-        "cpu" => Ok(Device::Cpu),
-        "auto" => Ok(if tch::Cuda::is_available() {
-            Device::Cuda(0)
-        } else {
-            Device::Cpu
-        }),
-        _ => {
-            let idx = if s == "cuda" {
-                0
-            } else if let Some(n) = s.strip_prefix("cuda:") {
-                n.parse::<usize>().map_err(|_| {
-                    ModelError::Device(format!("bad device `{s}` (cpu, cuda, cuda:N, auto)"))
-                })?
-            } else {
-                return Err(ModelError::Device(format!(
-                    "unknown device `{s}` (cpu, cuda, cuda:N, auto)"
-                )));
-            };
-            if idx >= cuda_n {
-                return Err(ModelError::Device(format!(
-                    "device `{s}` requested but {} CUDA device(s) are visible",
-                    cuda_n
-                )));
-            }
-            Ok(Device::Cuda(idx))
-        }
+    if s == "cpu" {
+        return Ok(Device::Cpu);
     }
+    let idx = match s.as_str() {
+        "auto" | "cuda" => 0,
+        _ => match s.strip_prefix("cuda:").map(|n| n.parse::<usize>()) {
+            Some(Ok(n)) => n,
+            _ => return Err(ModelError::Device(format!("unknown device `{s}` (cpu, cuda, cuda:N, auto)"))),
+        },
+    };
+    if s == "auto" && !cuda::driver_present() {
+        // No NVIDIA driver: don't map the CUDA libraries (hundreds of MB resident) just to learn there is no GPU.
+        return Ok(Device::Cpu);
+    }
+    let loaded = cuda::ensure_loaded();
+    let cuda_n = if loaded.is_ok() { tch::Cuda::device_count() as usize } else { 0 };
+    if s == "auto" {
+        return Ok(if cuda_n > 0 { Device::Cuda(0) } else { Device::Cpu });
+    }
+    if let Err(why) = loaded {
+        return Err(ModelError::Device(format!("device `{s}` requested but {why}")));
+    }
+    if idx >= cuda_n {
+        return Err(ModelError::Device(format!("device `{s}` requested but {cuda_n} CUDA device(s) are visible")));
+    }
+    Ok(Device::Cuda(idx))
 }
 
 /// Where a model's files are.
@@ -150,24 +143,13 @@ impl ModelSource {
                 std::io::Error::new(std::io::ErrorKind::NotFound, "no such file or directory"),
             ));
         }
-        let ext = |p: &Path| {
-            p.extension()
-                .and_then(|e| e.to_str())
-                .map(|e| e.to_ascii_lowercase())
-                .unwrap_or_default()
-        };
+        let ext = |p: &Path| p.extension().and_then(|e| e.to_str()).map(|e| e.to_ascii_lowercase()).unwrap_or_default();
         if path.is_file() {
             return match ext(path).as_str() {
                 "gguf" => Ok(ModelSource::Gguf(path.to_path_buf())),
-                "safetensors" | "json" => Ok(ModelSource::HfDir(
-                    path.parent().unwrap_or(Path::new(".")).to_path_buf(),
-                )),
-                "bin" | "pt" | "pth" | "ckpt" | "pkl" => Err(ModelError::Pickle {
-                    path: path.to_path_buf(),
-                }),
-                _ => Err(ModelError::NoWeights {
-                    path: path.to_path_buf(),
-                }),
+                "safetensors" | "json" => Ok(ModelSource::HfDir(path.parent().unwrap_or(Path::new(".")).to_path_buf())),
+                "bin" | "pt" | "pth" | "ckpt" | "pkl" => Err(ModelError::Pickle { path: path.to_path_buf() }),
+                _ => Err(ModelError::NoWeights { path: path.to_path_buf() }),
             };
         }
         if path.join("config.json").exists() {
@@ -176,15 +158,10 @@ impl ModelSource {
                 .filter_map(|e| e.ok())
                 .any(|e| weights::is_weight_shard(&e.path()));
             if !has_st {
-                let pickle = [
-                    "pytorch_model.bin",
-                    "pytorch_model.bin.index.json",
-                    "model.pt",
-                    "consolidated.00.pth",
-                ]
-                .iter()
-                .map(|n| path.join(n))
-                .find(|p| p.exists());
+                let pickle = ["pytorch_model.bin", "pytorch_model.bin.index.json", "model.pt", "consolidated.00.pth"]
+                    .iter()
+                    .map(|n| path.join(n))
+                    .find(|p| p.exists());
                 if let Some(p) = pickle {
                     return Err(ModelError::Pickle { path: p });
                 }
@@ -205,10 +182,7 @@ impl ModelSource {
                     "no config.json (and no .gguf file) in the model directory",
                 ),
             )),
-            _ => Err(ModelError::Input(format!(
-                "{}: several .gguf files; name one",
-                path.display()
-            ))),
+            _ => Err(ModelError::Input(format!("{}: several .gguf files; name one", path.display()))),
         }
     }
 
@@ -246,10 +220,7 @@ pub struct LoadOptions {
 
 impl Default for LoadOptions {
     fn default() -> Self {
-        LoadOptions {
-            dtype: DType::F32,
-            device: Device::Cpu,
-        }
+        LoadOptions { dtype: DType::F32, device: Device::Cpu }
     }
 }
 
@@ -286,10 +257,7 @@ pub fn inspect(path: &Path) -> Result<ModelSummary, ModelError> {
     let src = ModelSource::resolve(path)?;
     let (cfg, store) = src.open()?;
     store.check_supported()?;
-    let arch = cfg.architecture().map_err(|why| ModelError::BadConfig {
-        path: path.to_path_buf(),
-        why,
-    })?;
+    let arch = cfg.architecture().map_err(|why| ModelError::BadConfig { path: path.to_path_buf(), why })?;
     let (d, h, kv, hd, ffn, v) = (
         cfg.hidden_size,
         cfg.num_attention_heads,
@@ -299,19 +267,12 @@ pub fn inspect(path: &Path) -> Result<ModelSummary, ModelError> {
         cfg.vocab_size,
     );
     let per_layer = (h * hd + 2 * kv * hd) * d
-        + if cfg.qkv_bias() {
-            h * hd + 2 * kv * hd
-        } else {
-            0
-        }
+        + if cfg.qkv_bias() { h * hd + 2 * kv * hd } else { 0 }
         + d * h * hd
         + if cfg.o_bias() { d } else { 0 }
         + 3 * ffn * d
         + 2 * d;
-    let parameters = v * d
-        + cfg.num_hidden_layers * per_layer
-        + d
-        + if cfg.tie_word_embeddings { 0 } else { v * d };
+    let parameters = v * d + cfg.num_hidden_layers * per_layer + d + if cfg.tie_word_embeddings { 0 } else { v * d };
     Ok(ModelSummary {
         path: src.path().to_path_buf(),
         format: match src {
@@ -329,10 +290,7 @@ pub fn inspect(path: &Path) -> Result<ModelSummary, ModelError> {
         parameters,
         tied_embeddings: cfg.tie_word_embeddings,
         rope_theta: cfg.rope_theta,
-        rope_scaling: cfg
-            .rope_scaling
-            .as_ref()
-            .map(|r| format!("{} x{}", r.rope_type, r.factor.unwrap_or(1.0))),
+        rope_scaling: cfg.rope_scaling.as_ref().map(|r| format!("{} x{}", r.rope_type, r.factor.unwrap_or(1.0))),
         stored_types: store.stored_types(),
         stored_bytes: store.stored_bytes(),
         quantised: store.is_quantised(),

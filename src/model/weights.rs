@@ -19,16 +19,8 @@ pub struct StEntry {
 
 /// Where the weights come from.
 pub enum WeightStore {
-    Safetensors {
-        files: Vec<(PathBuf, Mmap)>,
-        entries: HashMap<String, StEntry>,
-    },
-    Gguf {
-        file: GgufFile,
-        permute_qk: bool,
-        n_heads: usize,
-        n_kv_heads: usize,
-    },
+    Safetensors { files: Vec<(PathBuf, Mmap)>, entries: HashMap<String, StEntry> },
+    Gguf { file: GgufFile, permute_qk: bool, n_heads: usize, n_kv_heads: usize },
 }
 
 impl WeightStore {
@@ -38,22 +30,13 @@ impl WeightStore {
         let single = dir.join("model.safetensors");
         let paths: Vec<PathBuf> = if index.exists() {
             let text = std::fs::read_to_string(&index).map_err(|e| ModelError::io(&index, e))?;
-            let v: serde_json::Value =
-                serde_json::from_str(&text).map_err(|e| ModelError::BadWeights {
-                    path: index.clone(),
-                    why: format!("malformed index: {e}"),
-                })?;
+            let v: serde_json::Value = serde_json::from_str(&text)
+                .map_err(|e| ModelError::BadWeights { path: index.clone(), why: format!("malformed index: {e}") })?;
             let map = v
                 .get("weight_map")
                 .and_then(|m| m.as_object())
-                .ok_or_else(|| ModelError::BadWeights {
-                    path: index.clone(),
-                    why: "no `weight_map` object".into(),
-                })?;
-            let mut shards: Vec<String> = map
-                .values()
-                .filter_map(|s| s.as_str().map(String::from))
-                .collect();
+                .ok_or_else(|| ModelError::BadWeights { path: index.clone(), why: "no `weight_map` object".into() })?;
+            let mut shards: Vec<String> = map.values().filter_map(|s| s.as_str().map(String::from)).collect();
             shards.sort();
             shards.dedup();
             shards.into_iter().map(|s| dir.join(s)).collect()
@@ -67,9 +50,7 @@ impl WeightStore {
                 .collect();
             found.sort();
             if found.is_empty() {
-                return Err(ModelError::NoWeights {
-                    path: dir.to_path_buf(),
-                });
+                return Err(ModelError::NoWeights { path: dir.to_path_buf() });
             }
             found
         };
@@ -79,10 +60,7 @@ impl WeightStore {
             let f = File::open(&path).map_err(|e| ModelError::io(&path, e))?;
             // SAFETY: read-only mapping of a weight file; see GgufFile::open.
             let mmap = unsafe { Mmap::map(&f) }.map_err(|e| ModelError::io(&path, e))?;
-            let bad = |why: String| ModelError::BadWeights {
-                path: path.clone(),
-                why,
-            };
+            let bad = |why: String| ModelError::BadWeights { path: path.clone(), why };
             let (n, meta) = safetensors::SafeTensors::read_metadata(&mmap)
                 .map_err(|e| bad(format!("truncated or not a safetensors file ({e:?})")))?;
             let data_len = mmap.len() - 8 - n;
@@ -111,26 +89,17 @@ impl WeightStore {
 
     /// Wrap an opened GGUF file. `permute_qk` undoes llama.cpp's rotary row order (llama/mistral conversions).
     pub fn from_gguf(file: GgufFile, n_heads: usize, n_kv_heads: usize) -> Self {
-        let arch = file
-            .get("general.architecture")
-            .and_then(|v| v.as_str())
-            .unwrap_or("");
+        let arch = file.get("general.architecture").and_then(|v| v.as_str()).unwrap_or("");
         let permute_qk = arch == "llama" || arch == "mistral";
-        WeightStore::Gguf {
-            file,
-            permute_qk,
-            n_heads,
-            n_kv_heads,
-        }
+        WeightStore::Gguf { file, permute_qk, n_heads, n_kv_heads }
     }
 
     /// The file a tensor lives in, for error messages.
     pub fn path_of(&self, name: &str) -> PathBuf {
         match self {
-            WeightStore::Safetensors { files, entries } => entries
-                .get(name)
-                .map(|e| files[e.file].0.clone())
-                .unwrap_or_else(|| files[0].0.clone()),
+            WeightStore::Safetensors { files, entries } => {
+                entries.get(name).map(|e| files[e.file].0.clone()).unwrap_or_else(|| files[0].0.clone())
+            }
             WeightStore::Gguf { file, .. } => file.path.clone(),
         }
     }
@@ -139,19 +108,12 @@ impl WeightStore {
     pub fn contains(&self, name: &str) -> bool {
         match self {
             WeightStore::Safetensors { entries, .. } => entries.contains_key(name),
-            WeightStore::Gguf { file, .. } => {
-                gguf_name(name).is_some_and(|g| file.tensor_info(&g).is_some())
-            }
+            WeightStore::Gguf { file, .. } => gguf_name(name).is_some_and(|g| file.tensor_info(&g).is_some()),
         }
     }
 
     /// Load one tensor by HF name onto the CPU in `kind`, checking its shape. `Ok(None)` if it does not exist.
-    pub fn load(
-        &self,
-        name: &str,
-        shape: &[usize],
-        kind: Kind,
-    ) -> Result<Option<Tensor>, ModelError> {
+    pub fn load(&self, name: &str, shape: &[usize], kind: Kind) -> Result<Option<Tensor>, ModelError> {
         let (t, stored_shape) = match self {
             WeightStore::Safetensors { files, entries } => {
                 let Some(e) = entries.get(name) else {
@@ -173,20 +135,12 @@ impl WeightStore {
                 }
                 let dims: Vec<i64> = e.shape.iter().map(|&d| d as i64).collect();
                 let bytes = &files[e.file].1[e.start..e.end];
-                let t = Tensor::f_from_data_size(bytes, &dims, src_kind).map_err(|err| {
-                    ModelError::BadWeights {
-                        path: files[e.file].0.clone(),
-                        why: err.to_string(),
-                    }
-                })?;
+                let _release = ReleaseOnDrop(bytes);
+                let t = Tensor::f_from_data_size(bytes, &dims, src_kind)
+                    .map_err(|err| ModelError::BadWeights { path: files[e.file].0.clone(), why: err.to_string() })?;
                 (t, e.shape.clone())
             }
-            WeightStore::Gguf {
-                file,
-                permute_qk,
-                n_heads,
-                n_kv_heads,
-            } => {
+            WeightStore::Gguf { file, permute_qk, n_heads, n_kv_heads } => {
                 let Some(gname) = gguf_name(name) else {
                     return Ok(None);
                 };
@@ -196,10 +150,7 @@ impl WeightStore {
                 if info.shape != shape {
                     return Err(shape_error(&file.path, &gname, &info.shape, shape));
                 }
-                let values = file.dequantize(&gname).map_err(ModelError::Gguf)?;
-                let dims: Vec<i64> = info.shape.iter().map(|&d| d as i64).collect();
-                let mut t = Tensor::from_slice(&values).reshape(&dims);
-                drop(values);
+                let mut t = file.dequantize_tensor(info).map_err(ModelError::Gguf)?;
                 if *permute_qk {
                     if name.ends_with("q_proj.weight") || name.ends_with("q_proj.bias") {
                         t = unpermute_rows(&t, *n_heads);
@@ -249,17 +200,11 @@ impl WeightStore {
     /// Total bytes of the stored weights (mapped files or GGUF tensor data).
     pub fn stored_bytes(&self) -> u64 {
         match self {
-            WeightStore::Safetensors { entries, .. } => {
-                entries.values().map(|e| (e.end - e.start) as u64).sum()
-            }
+            WeightStore::Safetensors { entries, .. } => entries.values().map(|e| (e.end - e.start) as u64).sum(),
             WeightStore::Gguf { file, .. } => file
                 .tensors
                 .iter()
-                .map(|t| {
-                    t.ty.block()
-                        .map(|(bv, bb)| (t.numel() / bv * bb) as u64)
-                        .unwrap_or(0)
-                })
+                .map(|t| t.ty.block().map(|(bv, bb)| (t.numel() / bv * bb) as u64).unwrap_or(0))
                 .sum(),
         }
     }
@@ -268,11 +213,19 @@ impl WeightStore {
     pub fn is_quantised(&self) -> bool {
         match self {
             WeightStore::Safetensors { .. } => false,
-            WeightStore::Gguf { file, .. } => file
-                .tensors
-                .iter()
-                .any(|t| !matches!(t.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)),
+            WeightStore::Gguf { file, .. } => {
+                file.tensors.iter().any(|t| !matches!(t.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16))
+            }
         }
+    }
+}
+
+/// Releases a mapped byte range's resident pages once its tensor has been copied out.
+struct ReleaseOnDrop<'a>(&'a [u8]);
+
+impl Drop for ReleaseOnDrop<'_> {
+    fn drop(&mut self) {
+        super::gguf::release_pages(self.0);
     }
 }
 
@@ -297,10 +250,7 @@ fn unpermute_rows(t: &Tensor, n_head: usize) -> Tensor {
     let n = n_head as i64;
     let mut shape = vec![n, rows / n / 2, 2];
     shape.extend_from_slice(&size[1..]);
-    t.reshape(&shape)
-        .transpose(1, 2)
-        .contiguous()
-        .reshape(&size)
+    t.reshape(&shape).transpose(1, 2).contiguous().reshape(&size)
 }
 
 /// HF tensor name -> GGUF tensor name.
@@ -341,14 +291,8 @@ mod tests {
 
     #[test]
     fn names_map_to_gguf() {
-        assert_eq!(
-            gguf_name("model.layers.3.self_attn.k_proj.weight").as_deref(),
-            Some("blk.3.attn_k.weight")
-        );
-        assert_eq!(
-            gguf_name("lm_head.weight").as_deref(),
-            Some("output.weight")
-        );
+        assert_eq!(gguf_name("model.layers.3.self_attn.k_proj.weight").as_deref(), Some("blk.3.attn_k.weight"));
+        assert_eq!(gguf_name("lm_head.weight").as_deref(), Some("output.weight"));
         assert_eq!(gguf_name("model.layers.x"), None);
     }
 
@@ -357,11 +301,7 @@ mod tests {
         // llama.cpp permute: reshape(n_head, 2, rows/n_head/2, cols).swapaxes(1, 2).reshape(rows, cols)
         let (rows, cols, n) = (12i64, 3i64, 2i64);
         let w = Tensor::arange(rows * cols, (Kind::Float, tch::Device::Cpu)).reshape([rows, cols]);
-        let permuted = w
-            .reshape([n, 2, rows / n / 2, cols])
-            .transpose(1, 2)
-            .contiguous()
-            .reshape([rows, cols]);
+        let permuted = w.reshape([n, 2, rows / n / 2, cols]).transpose(1, 2).contiguous().reshape([rows, cols]);
         let back = unpermute_rows(&permuted, n as usize);
         assert!(back.equal(&w));
     }

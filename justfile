@@ -1,0 +1,45 @@
+# trustlens tasks. `just --list` shows them. Every recipe runs set-up first; set-up is idempotent and takes seconds
+# once everything is installed.
+set shell := ["bash", "-euo", "pipefail", "-c"]
+
+model := "models/SmolLM2-135M-Instruct.Q4_1.gguf"
+bin := "target/release/trustlens"
+
+# List recipes.
+default:
+    @just --list
+
+# Install apt packages, the Python venv (torch 2.11 + references), the embedded model, and build trustlens.
+setup:
+    bash scripts/setup.sh
+
+# The main job: the demo on the embedded model.
+demo: setup
+    {{bin}} model inspect {{model}}
+    {{bin}} model generate {{model}} --chat --prompt "What is the capital of France?" --device auto
+
+# Reference fixtures for the parity tests, computed by transformers (remade only when their scripts change).
+fixtures: setup
+    #!/usr/bin/env bash
+    set -euo pipefail
+    stamp=tests/fixtures/generated/.stamp
+    want=$(cat scripts/make_fixtures.py scripts/fixtures_prompt.py scripts/requirements.txt scripts/model.sha256 2>/dev/null | sha256sum | cut -c1-16)
+    if [ "$(cat $stamp 2>/dev/null)" != "$want" ]; then
+        mkdir -p tests/fixtures/generated
+        .venv/bin/python scripts/make_fixtures.py tests/fixtures/generated --smollm {{model}}
+        .venv/bin/python scripts/fixtures_prompt.py tests/fixtures/generated
+        echo "$want" > $stamp
+    fi
+
+# The whole test suite.
+test: setup fixtures
+    cargo test --release --no-fail-fast
+
+# Benchmarks against the reference implementations; results in bench/results/*.json.
+bench: setup
+    .venv/bin/python bench/forward.py
+
+# Formatting and lints, as CI expects them.
+lint:
+    cargo fmt --all -- --check
+    cargo clippy --release --all-targets -- -D warnings
