@@ -252,20 +252,20 @@ impl ModelConfig {
                 return Err(format!("{k} is 0"));
             }
         }
-        if self.n_kv_heads() == 0 || self.num_attention_heads % self.n_kv_heads() != 0 {
+        if self.n_kv_heads() == 0 || !self.num_attention_heads.is_multiple_of(self.n_kv_heads()) {
             return Err(format!(
                 "num_attention_heads {} is not a multiple of num_key_value_heads {}",
                 self.num_attention_heads,
                 self.n_kv_heads()
             ));
         }
-        if self.head_dim.is_none() && self.hidden_size % self.num_attention_heads != 0 {
+        if self.head_dim.is_none() && !self.hidden_size.is_multiple_of(self.num_attention_heads) {
             return Err(format!(
                 "hidden_size {} is not divisible by num_attention_heads {} and no head_dim is given",
                 self.hidden_size, self.num_attention_heads
             ));
         }
-        if self.head_dim() % 2 != 0 {
+        if !self.head_dim().is_multiple_of(2) {
             return Err(format!("head_dim {} is odd; rotary embeddings need an even head_dim", self.head_dim()));
         }
         if let Some(act) = &self.hidden_act {

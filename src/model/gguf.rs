@@ -450,10 +450,7 @@ pub fn dequantize_into(ty: GgmlType, bytes: &[u8], out: &mut [f32]) {
                 let scales = &b[4..16];
                 let qs = &b[16..144];
                 for (k, j) in (0..256).step_by(64).enumerate() {
-                    let (sc1, m1) = scale_min_k4(2 * k, scales);
-                    let (sc2, m2) = scale_min_k4(2 * k + 1, scales);
-                    let (d1, m1) = (d * sc1 as f32, dmin * m1 as f32);
-                    let (d2, m2) = (d * sc2 as f32, dmin * m2 as f32);
+                    let ((d1, m1), (d2, m2)) = (k_scale(2 * k, d, dmin, scales), k_scale(2 * k + 1, d, dmin, scales));
                     let q = &qs[32 * k..32 * k + 32];
                     for l in 0..32 {
                         y[j + l] = d1 * (q[l] & 0xF) as f32 - m1;
@@ -470,10 +467,7 @@ pub fn dequantize_into(ty: GgmlType, bytes: &[u8], out: &mut [f32]) {
                 let qs = &b[48..176];
                 let (mut u1, mut u2) = (1u8, 2u8);
                 for (k, j) in (0..256).step_by(64).enumerate() {
-                    let (sc1, m1) = scale_min_k4(2 * k, scales);
-                    let (sc2, m2) = scale_min_k4(2 * k + 1, scales);
-                    let (d1, m1) = (d * sc1 as f32, dmin * m1 as f32);
-                    let (d2, m2) = (d * sc2 as f32, dmin * m2 as f32);
+                    let ((d1, m1), (d2, m2)) = (k_scale(2 * k, d, dmin, scales), k_scale(2 * k + 1, d, dmin, scales));
                     let ql = &qs[32 * k..32 * k + 32];
                     for l in 0..32 {
                         let hi1 = if qh[l] & u1 != 0 { 16 } else { 0 };
@@ -526,6 +520,12 @@ pub fn release_pages(bytes: &[u8]) {
         // discards clean page-cache references, and later reads fault the pages back in from the file.
         unsafe { libc::madvise(begin as *mut libc::c_void, end - begin, libc::MADV_DONTNEED) };
     }
+}
+
+/// Sub-block `j`'s effective (scale, minimum) in a Q4_K/Q5_K block with super-scales `d` and `dmin`.
+fn k_scale(j: usize, d: f32, dmin: f32, scales: &[u8]) -> (f32, f32) {
+    let (sc, m) = scale_min_k4(j, scales);
+    (d * sc as f32, dmin * m as f32)
 }
 
 /// The 6-bit scale and minimum of sub-block `j` in a K-quant's packed 12-byte scale array.

@@ -642,7 +642,7 @@ fn rope_inv_freq(cfg: &ModelConfig, store: &WeightStore) -> Result<Tensor, Model
     let mut inv = base.pow(&exps).reciprocal();
     if let Some(rs) = &cfg.rope_scaling {
         match rs.rope_type.as_str() {
-            "linear" => inv = inv / rs.factor.unwrap_or(1.0),
+            "linear" => inv /= rs.factor.unwrap_or(1.0),
             "llama3" => {
                 let factor = rs.factor.unwrap_or(1.0);
                 let lo = rs.low_freq_factor.unwrap_or(1.0);
@@ -663,7 +663,7 @@ fn rope_inv_freq(cfg: &ModelConfig, store: &WeightStore) -> Result<Tensor, Model
     if let WeightStore::Gguf { file, .. } = store {
         if file.tensor_info("rope_freqs.weight").is_some() {
             let f = file.dequantize("rope_freqs.weight").map_err(ModelError::Gguf)?;
-            inv = inv / Tensor::from_slice(&f);
+            inv /= Tensor::from_slice(&f);
         }
     }
     Ok(inv)
