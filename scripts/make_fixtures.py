@@ -35,6 +35,10 @@ def tiny_configs():
                                   tie_word_embeddings=False),
         "tiny-mistral": MistralConfig(**common, num_attention_heads=4, num_key_value_heads=1, head_dim=24,
                                       rope_theta=10000.0, tie_word_embeddings=False, sliding_window=None),
+        # Linear rope scaling and Llama's attention_bias (q/k/v/o biases).
+        "tiny-llama-linear": LlamaConfig(**common, num_attention_heads=4, num_key_value_heads=4, rope_theta=10000.0,
+                                         rope_scaling={"rope_type": "linear", "factor": 2.0}, attention_bias=True,
+                                         tie_word_embeddings=False),
         "tiny-qwen2": Qwen2Config(**common, num_attention_heads=4, num_key_value_heads=2, rope_theta=1000000.0,
                                   tie_word_embeddings=True, use_sliding_window=False),
     }
@@ -157,7 +161,9 @@ def main():
                     p.add_(0.1 * torch.randn_like(p))
         d = os.path.join(outdir, name)
         os.makedirs(d, exist_ok=True)
-        model.save_pretrained(d, safe_serialization=True)
+        # tiny-mistral is saved in shards, to exercise model.safetensors.index.json.
+        shard = "150KB" if name == "tiny-mistral" else "50GB"
+        model.save_pretrained(d, safe_serialization=True, max_shard_size=shard)
         bf16 = AutoModelForCausalLM.from_pretrained(d, dtype=torch.bfloat16, attn_implementation="eager").eval()
         dump(model, name, outdir, prompts, 8, None, bf16_model=bf16)
         print(f"[fixtures] {name}: ok")

@@ -82,6 +82,16 @@ fn tiny_mistral_head_dim_matches_hf() {
 }
 
 #[test]
+fn tiny_llama_linear_rope_attention_bias_matches_hf() {
+    check_parity("tiny-llama-linear", &fixture("tiny-llama-linear"), DType::F32, "", TOL);
+}
+
+#[test]
+fn tiny_mistral_is_sharded() {
+    assert!(fixture("tiny-mistral").join("model.safetensors.index.json").exists(), "fixture should be sharded");
+}
+
+#[test]
 fn tiny_qwen2_biases_tied_matches_hf() {
     check_parity("tiny-qwen2", &fixture("tiny-qwen2"), DType::F32, "", TOL);
 }
@@ -95,7 +105,7 @@ fn embedded_smollm2_gguf_matches_hf() {
 /// The fused SDPA kernel (the CUDA default) agrees with transformers too, within float rounding.
 #[test]
 fn sdpa_attention_matches_hf() {
-    for name in ["tiny-llama", "tiny-mistral", "tiny-qwen2"] {
+    for name in ["tiny-llama", "tiny-llama-linear", "tiny-mistral", "tiny-qwen2"] {
         let d = check_parity_with(name, &fixture(name), DType::F32, "", TOL, AttnImpl::Sdpa);
         eprintln!("{name}: SDPA vs transformers eager, worst max abs diff {d:.3e}");
     }
