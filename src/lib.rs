@@ -1,6 +1,9 @@
 //! trustlens: does a language model treat the same malicious instruction differently when it arrives through the
 //! user's chat message, a tool's description or a tool's output? See README.md for the tour.
+pub mod activations;
+pub mod capture;
 pub mod cases;
+pub mod experiment;
 pub mod model;
 pub mod prompt;
 

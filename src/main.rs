@@ -22,6 +22,11 @@ enum Command {
     /// Write, import, validate, render and count matched-payload case sets.
     #[command(subcommand)]
     Cases(cli::cases::CasesCommand),
+    /// Capture activations for every prompt of an experiment into HDF5 (resumable, shardable).
+    Capture(cli::capture::CaptureArgs),
+    /// Inspect and merge activation files.
+    #[command(subcommand)]
+    Activations(cli::activations::ActivationsCommand),
 }
 
 fn main() {
@@ -30,6 +35,8 @@ fn main() {
     let result = match cli.command {
         Command::Model(cmd) => cli::model::run(cmd),
         Command::Cases(cmd) => cli::cases::run(cmd),
+        Command::Capture(args) => cli::capture::run(args),
+        Command::Activations(cmd) => cli::activations::run(cmd),
     };
     if let Err(err) = result {
         // One line: the chain of contexts joined, no backtrace.

@@ -1,3 +1,5 @@
 //! Command groups of the `trustlens` binary.
+pub mod activations;
+pub mod capture;
 pub mod cases;
 pub mod model;

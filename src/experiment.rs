@@ -1,0 +1,404 @@
+//! Experiment files (`experiments/*.toml`): which model, which prompts, what to capture.
+//!
+//! ```toml
+//! [model]
+//! path = "models/SmolLM2-135M-Instruct.Q4_1.gguf"
+//! dtype = "f32"            # f32 | f16 | bf16 (compute dtype)
+//! device = "auto"          # cpu | cuda | cuda:N | auto
+//!
+//! [cases]
+//! file = "experiments/cases/channel-trust.jsonl"
+//! channels = ["chat", "tool"]              # chat | chat+tools | tool
+//! conditions = ["adversarial", "benign"]
+//! tool_rendering = "auto"                   # auto | native | hermes
+//!
+//! [capture]
+//! layers = "frac:0.2,0.4,0.6,0.8"           # or a list: [6, 12, 18, 24]
+//! hook = "hook_resid_post"                  # hook_resid_pre | hook_attn_out | hook_resid_mid | hook_mlp_out | hook_resid_post
+//! positions = ["last"]                      # last | payload_last | user_end
+//! batch_size = 8
+//! store = "f32"                             # f32 (f16 needs hdf5 f16 support, see README)
+//! run = "channel-trust"                     # activations/<run>/activations.h5
+//! out_dir = "activations"
+//! ```
+//!
+//! Every table rejects unknown keys and names the nearest valid one. Relative paths are resolved against the current
+//! directory. Later sections (probes, patching) are added as further `#[serde(default)]` fields of [`Experiment`].
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// Errors reading or checking an experiment file. One line each, naming the file.
+#[derive(Debug, thiserror::Error)]
+pub enum ExperimentError {
+    #[error("{path}: {source}", path = .path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}", path = .path.display())]
+    Parse { path: PathBuf, message: String },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// A whole experiment file. New sections go here as `#[serde(default)]` fields.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Experiment {
+    pub model: ModelSection,
+    pub cases: CasesSection,
+    #[serde(default)]
+    pub capture: CaptureSection,
+}
+
+/// `[model]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSection {
+    /// Model directory, `.safetensors` or `.gguf` file.
+    pub path: PathBuf,
+    /// Compute dtype: `f32`, `f16` or `bf16`.
+    #[serde(default = "default_dtype")]
+    pub dtype: String,
+    /// `cpu`, `cuda`, `cuda:N` or `auto`.
+    #[serde(default = "default_device")]
+    pub device: String,
+}
+
+/// `[cases]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CasesSection {
+    /// JSONL case file.
+    pub file: PathBuf,
+    /// Delivery channels to render (`chat`, `chat+tools`, `tool`).
+    #[serde(default = "default_channels")]
+    pub channels: Vec<String>,
+    /// Conditions (`adversarial`, `benign`).
+    #[serde(default = "default_conditions")]
+    pub conditions: Vec<String>,
+    /// `auto` (native if the template supports tools, else Hermes), `native` or `hermes`.
+    #[serde(default = "default_tool_rendering")]
+    pub tool_rendering: String,
+}
+
+/// `[capture]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CaptureSection {
+    /// Layer indices (0-based blocks) or `"frac:f1,f2,..."` (layer = round(f * n_layers), clamped to the last).
+    #[serde(default = "default_layers")]
+    pub layers: LayerSpec,
+    /// Hook name inside each block, e.g. `hook_resid_post` (`blocks.{l}.<hook>`).
+    #[serde(default = "default_hook")]
+    pub hook: String,
+    /// Token positions: `last` (last prompt token), `payload_last` (last payload token), `user_end` (last token of
+    /// the user message's content).
+    #[serde(default = "default_positions")]
+    pub positions: Vec<String>,
+    /// Prompts per forward pass (halved automatically on CUDA out-of-memory).
+    #[serde(default = "default_batch_size")]
+    pub batch_size: usize,
+    /// Stored dtype: `f32` (or `f16`).
+    #[serde(default = "default_store")]
+    pub store: String,
+    /// Run name: output goes to `<out_dir>/<run>/activations.h5`. Default: the experiment file's stem.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run: Option<String>,
+    /// Directory holding runs.
+    #[serde(default = "default_out_dir")]
+    pub out_dir: PathBuf,
+}
+
+impl Default for CaptureSection {
+    fn default() -> Self {
+        CaptureSection {
+            layers: default_layers(),
+            hook: default_hook(),
+            positions: default_positions(),
+            batch_size: default_batch_size(),
+            store: default_store(),
+            run: None,
+            out_dir: default_out_dir(),
+        }
+    }
+}
+
+/// A layer set: explicit indices or depth fractions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum LayerSpec {
+    List(Vec<usize>),
+    Text(String),
+}
+
+impl LayerSpec {
+    /// Parse a command-line value: `6,12,18` or `frac:0.2,0.4`.
+    pub fn parse_arg(s: &str) -> Result<LayerSpec, ExperimentError> {
+        let s = s.trim();
+        if s.starts_with("frac:") {
+            return Ok(LayerSpec::Text(s.to_string()));
+        }
+        let list: Result<Vec<usize>, _> = s.split(',').map(|x| x.trim().parse::<usize>()).collect();
+        list.map(LayerSpec::List).map_err(|_| {
+            ExperimentError::Invalid(format!("bad layer list `{s}` (expected e.g. `6,12,18` or `frac:0.2,0.4,0.6`)"))
+        })
+    }
+
+    /// The sorted, de-duplicated block indices for a model with `n_layers` blocks.
+    pub fn resolve(&self, n_layers: usize) -> Result<Vec<usize>, ExperimentError> {
+        let mut out = match self {
+            LayerSpec::List(v) => {
+                if v.is_empty() {
+                    return Err(ExperimentError::Invalid("capture.layers is empty".into()));
+                }
+                for &l in v {
+                    if l >= n_layers {
+                        return Err(ExperimentError::Invalid(format!(
+                            "layer {l} is past the model's depth ({n_layers} layers: 0..={})",
+                            n_layers.saturating_sub(1)
+                        )));
+                    }
+                }
+                v.clone()
+            }
+            LayerSpec::Text(t) => {
+                let body = t.strip_prefix("frac:").ok_or_else(|| {
+                    ExperimentError::Invalid(format!(
+                        "capture.layers: `{t}` is neither a list of integers nor `frac:f1,f2,...`"
+                    ))
+                })?;
+                let mut v = Vec::new();
+                for part in body.split(',') {
+                    let f: f64 = part.trim().parse().map_err(|_| {
+                        ExperimentError::Invalid(format!("capture.layers: `{}` is not a number in `{t}`", part.trim()))
+                    })?;
+                    if !(f > 0.0 && f <= 1.0) {
+                        return Err(ExperimentError::Invalid(format!(
+                            "capture.layers: fraction {f} is outside (0, 1] in `{t}`"
+                        )));
+                    }
+                    v.push(((f * n_layers as f64).round() as usize).min(n_layers - 1));
+                }
+                v
+            }
+        };
+        out.sort_unstable();
+        out.dedup();
+        Ok(out)
+    }
+}
+
+impl std::fmt::Display for LayerSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LayerSpec::List(v) => write!(f, "{}", v.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(",")),
+            LayerSpec::Text(t) => f.write_str(t),
+        }
+    }
+}
+
+fn default_dtype() -> String {
+    "f32".into()
+}
+fn default_device() -> String {
+    "auto".into()
+}
+fn default_channels() -> Vec<String> {
+    vec!["chat".into(), "tool".into()]
+}
+fn default_conditions() -> Vec<String> {
+    vec!["adversarial".into(), "benign".into()]
+}
+fn default_tool_rendering() -> String {
+    "auto".into()
+}
+fn default_layers() -> LayerSpec {
+    LayerSpec::Text("frac:0.2,0.4,0.6,0.8".into())
+}
+fn default_hook() -> String {
+    "hook_resid_post".into()
+}
+fn default_positions() -> Vec<String> {
+    vec!["last".into()]
+}
+fn default_batch_size() -> usize {
+    8
+}
+fn default_store() -> String {
+    "f32".into()
+}
+fn default_out_dir() -> PathBuf {
+    PathBuf::from("activations")
+}
+
+/// Position names a capture understands.
+pub const POSITIONS: [&str; 3] = ["last", "payload_last", "user_end"];
+/// Hook names inside a block.
+pub const BLOCK_HOOKS: [&str; 5] =
+    ["hook_resid_pre", "hook_attn_out", "hook_resid_mid", "hook_mlp_out", "hook_resid_post"];
+
+impl Experiment {
+    /// Read and check an experiment file.
+    pub fn load(path: &Path) -> Result<Experiment, ExperimentError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ExperimentError::Io { path: path.to_path_buf(), source })?;
+        Self::parse(&text, path)
+    }
+
+    /// Parse TOML text (`origin` names it in errors) and check values that need no model.
+    pub fn parse(text: &str, origin: &Path) -> Result<Experiment, ExperimentError> {
+        let exp: Experiment = toml::from_str(text).map_err(|e| ExperimentError::Parse {
+            path: origin.to_path_buf(),
+            message: describe_toml_error(text, &e),
+        })?;
+        exp.check().map_err(|m| ExperimentError::Parse { path: origin.to_path_buf(), message: m })?;
+        Ok(exp)
+    }
+
+    /// Value checks that need no model (also run after command-line overrides).
+    pub fn check(&self) -> Result<(), String> {
+        self.model.dtype.parse::<crate::model::DType>()?;
+        for c in &self.cases.channels {
+            if crate::cases::Channel::parse(c).is_none() {
+                return Err(format!(
+                    "cases.channels: unknown channel `{c}`{}",
+                    suggest(c, &["chat", "chat+tools", "tool"])
+                ));
+            }
+        }
+        if self.cases.channels.is_empty() || self.cases.conditions.is_empty() {
+            return Err("cases.channels and cases.conditions must not be empty".into());
+        }
+        for c in &self.cases.conditions {
+            if crate::cases::Condition::parse(c).is_none() {
+                return Err(format!(
+                    "cases.conditions: unknown condition `{c}`{}",
+                    suggest(c, &["adversarial", "benign"])
+                ));
+            }
+        }
+        if !["auto", "native", "hermes"].contains(&self.cases.tool_rendering.as_str()) {
+            return Err(format!(
+                "cases.tool_rendering: `{}` is not one of auto, native, hermes{}",
+                self.cases.tool_rendering,
+                suggest(&self.cases.tool_rendering, &["auto", "native", "hermes"])
+            ));
+        }
+        let c = &self.capture;
+        if !BLOCK_HOOKS.contains(&c.hook.as_str()) {
+            return Err(format!(
+                "capture.hook: `{}` is not one of {}{}",
+                c.hook,
+                BLOCK_HOOKS.join(", "),
+                suggest(&c.hook, &BLOCK_HOOKS)
+            ));
+        }
+        if c.positions.is_empty() {
+            return Err("capture.positions must not be empty".into());
+        }
+        for p in &c.positions {
+            if !POSITIONS.contains(&p.as_str()) {
+                return Err(format!(
+                    "capture.positions: unknown position `{p}` (last, payload_last, user_end){}",
+                    suggest(p, &POSITIONS)
+                ));
+            }
+        }
+        let mut seen = c.positions.clone();
+        seen.sort();
+        seen.dedup();
+        if seen.len() != c.positions.len() {
+            return Err("capture.positions lists a position twice".into());
+        }
+        if c.batch_size == 0 {
+            return Err("capture.batch_size must be at least 1".into());
+        }
+        match c.store.as_str() {
+            "f32" => {}
+            "f16" => {
+                return Err(
+                    "capture.store = \"f16\" needs HDF5 half-float support, which this build does not enable (the \
+                     `f16` feature of hdf5-metno); use \"f32\""
+                        .into(),
+                )
+            }
+            other => return Err(format!("capture.store: `{other}` is not f32 or f16")),
+        }
+        if let Some(run) = &c.run {
+            if run.is_empty() || run.contains('/') || run.contains('\\') || run == "." || run == ".." {
+                return Err(format!("capture.run: `{run}` must be a plain name (no slashes)"));
+            }
+        }
+        if let LayerSpec::Text(t) = &c.layers {
+            if !t.starts_with("frac:") {
+                return Err(format!("capture.layers: `{t}` is neither a list of integers nor `frac:f1,f2,...`"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The run name: `capture.run`, else the experiment file's stem.
+    pub fn run_name(&self, origin: &Path) -> String {
+        self.capture
+            .run
+            .clone()
+            .unwrap_or_else(|| origin.file_stem().and_then(|s| s.to_str()).unwrap_or("run").to_string())
+    }
+
+    /// The effective configuration as TOML (stored in activation files).
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).expect("experiment serialises")
+    }
+}
+
+/// One line from a TOML error: line number, the message, and for unknown keys the nearest valid key.
+fn describe_toml_error(text: &str, e: &toml::de::Error) -> String {
+    let msg = e.message().trim().replace('\n', " ");
+    let at = e.span().map(|s| {
+        let line = text[..s.start.min(text.len())].matches('\n').count() + 1;
+        format!("line {line}: ")
+    });
+    let mut out = format!("{}{msg}", at.unwrap_or_default());
+    if let Some(rest) = msg.strip_prefix("unknown field `") {
+        if let Some((bad, tail)) = rest.split_once('`') {
+            let valid: Vec<&str> = tail.split('`').skip(1).step_by(2).collect();
+            let hint = suggest(bad, &valid);
+            if !hint.is_empty() {
+                out = format!("{}unknown key `{bad}`{hint}; valid keys: {}", at_prefix(text, e), valid.join(", "));
+            }
+        }
+    }
+    out
+}
+
+fn at_prefix(text: &str, e: &toml::de::Error) -> String {
+    e.span()
+        .map(|s| format!("line {}: ", text[..s.start.min(text.len())].matches('\n').count() + 1))
+        .unwrap_or_default()
+}
+
+/// ` (did you mean `x`?)` for the closest candidate within a small edit distance, or "".
+pub fn suggest(bad: &str, candidates: &[&str]) -> String {
+    let best = candidates.iter().map(|c| (levenshtein(bad, c), *c)).min_by_key(|(d, _)| *d);
+    match best {
+        Some((d, c)) if d <= (bad.len().max(3) / 2).max(2) => format!(" (did you mean `{c}`?)"),
+        _ => String::new(),
+    }
+}
+
+fn levenshtein(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for i in 1..=a.len() {
+        let mut cur = vec![i; b.len() + 1];
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            cur[j] = (prev[j] + 1).min(cur[j - 1] + 1).min(prev[j - 1] + cost);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
