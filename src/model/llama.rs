@@ -5,7 +5,7 @@
 //! gate/up projections are fused at load time into one matrix each (one GEMM instead of three or two); weights keep
 //! their HF names until then, so there is no conversion step.
 use super::config::ModelConfig;
-use super::hooks::{ActivationCache, HookPoint, HookSpec, InterventionMode, Positions};
+use super::hooks::{ActivationCache, HookPoint, HookSpec, Intervention, InterventionMode, Positions};
 use super::weights::WeightStore;
 use super::ModelError;
 use tch::{Device, Kind, Tensor};
@@ -119,6 +119,19 @@ pub enum AttnImpl {
     /// libtorch's fused `scaled_dot_product_attention` (flash / memory-efficient kernels on CUDA). The default on
     /// CUDA; on CPU it differs from eager by float rounding (about 1e-6 relative).
     Sdpa,
+}
+
+/// Keys and values of every block for all positions but each example's last token, from a clean run
+/// ([`Llama::forward_with_prefix`]).
+///
+/// # Shapes
+/// - `k[l]`, `v[l]`: `[batch, n_kv_heads, seq - 1, head_dim]`; `key_mask`: `[batch, seq - 1]`; `last_pos`: `[batch]`
+pub struct PrefixCache {
+    k: Vec<Tensor>,
+    v: Vec<Tensor>,
+    key_mask: Tensor,
+    last_pos: Tensor,
+    lengths: Vec<usize>,
 }
 
 /// The loaded decoder.
@@ -256,7 +269,7 @@ impl Llama {
         let mut cache = ActivationCache::default();
         self.validate_spec(spec, &ctx)?;
         let h = self.embed_tokens(&ids);
-        let (cache_out, blocks_run) = self.run_blocks(h, &mask, &pos, None, spec, &ctx, depth, &mut cache)?;
+        let (cache_out, blocks_run) = self.run_blocks(h, &mask, &pos, None, spec, &ctx, 0..depth, &mut cache)?;
         drop(cache_out);
         Ok(ForwardOutput { cache, last_token_index: batch.last_token_index(), blocks_run })
     }
@@ -362,16 +375,19 @@ impl Llama {
         mut kv: Option<&mut KvCache>,
         spec: &HookSpec,
         ctx: &Ctx,
-        depth: usize,
+        blocks: std::ops::Range<usize>,
         cache: &mut ActivationCache,
     ) -> Result<(Option<Tensor>, usize), ModelError> {
+        let depth = blocks.end;
         let t = h.size()[1];
         let s = key_mask.size()[1];
         let attn_mask = attention_mask(key_mask, t, s);
         let (mut cos, mut sin) = self.rope_tables(pos);
-        h = self.hook(HookPoint::Embed, h, spec, ctx, cache);
+        if blocks.start == 0 {
+            h = self.hook(HookPoint::Embed, h, spec, ctx, cache);
+        }
         let mut mask_dev = attn_mask;
-        for (l, blk) in self.blocks.iter().enumerate().take(depth) {
+        for (l, blk) in self.blocks.iter().enumerate().take(depth).skip(blocks.start) {
             if h.device() != blk.device {
                 h = h.to_device(blk.device);
                 mask_dev = mask_dev.to_device(blk.device);
@@ -484,6 +500,126 @@ impl Llama {
         (emb.cos().to_kind(self.kind).unsqueeze(1), emb.sin().to_kind(self.kind).unsqueeze(1))
     }
 
+    /// Run a batch through every block (like [`Self::forward`]) and keep each block's keys and values for all
+    /// positions but each example's last token, so that the last token can be recomputed cheaply from any block
+    /// onwards ([`Self::resume_last_token`]): a change to the last token's residual stream never reaches earlier
+    /// positions, whose keys and values therefore stay valid.
+    ///
+    /// # Shapes
+    /// - as [`Self::forward`]; the prefix cache holds `[batch, n_kv_heads, seq - 1, head_dim]` per block
+    pub fn forward_with_prefix(
+        &self,
+        batch: &Batch,
+        spec: &HookSpec,
+    ) -> Result<(ForwardOutput, PrefixCache), ModelError> {
+        let _guard = tch::no_grad_guard();
+        let dev = self.input_device();
+        let ids = batch.input_ids.to_device(dev);
+        let mask = batch.attention_mask.to_device(dev);
+        let pos = (mask.cumsum(1, Kind::Int64) - 1).clamp_min(0);
+        let ctx = Ctx { batch_pad: &batch.pad, lengths: &batch.lengths, seq: batch.seq_len() as i64 };
+        self.validate_spec(spec, &ctx)?;
+        let n = self.n_layers();
+        let empty = || Tensor::zeros([0], (self.kind, dev));
+        let mut kv = KvCache {
+            k: (0..n).map(|_| empty()).collect(),
+            v: (0..n).map(|_| empty()).collect(),
+            key_mask: mask.shallow_clone(),
+            next_pos: pos.select(1, -1) + 1,
+        };
+        let mut cache = ActivationCache::default();
+        self.run_blocks(self.embed_tokens(&ids), &mask, &pos, Some(&mut kv), spec, &ctx, 0..n, &mut cache)?;
+        let t = batch.seq_len() as i64;
+        let prefix = PrefixCache {
+            k: kv.k.iter().map(|k| k.narrow(2, 0, t - 1)).collect(),
+            v: kv.v.iter().map(|v| v.narrow(2, 0, t - 1)).collect(),
+            key_mask: mask.narrow(1, 0, t - 1),
+            last_pos: pos.select(1, t - 1),
+            lengths: batch.lengths.clone(),
+        };
+        Ok((ForwardOutput { cache, last_token_index: batch.last_token_index(), blocks_run: n }, prefix))
+    }
+
+    /// Recompute only each example's last token from block `start` on, over a clean run's [`PrefixCache`], with `h`
+    /// as that token's residual stream entering block `start` (`blocks.{start-1}.hook_resid_post`, patched or not).
+    /// `start == n_layers` runs no block, only the final norm and unembedding.
+    ///
+    /// Captures must use `Positions::Last`, and interventions must target each example's last token (its own index
+    /// `length - 1`): nothing else exists in this pass. The result equals a full forward pass with the same
+    /// interventions up to float rounding (the tests hold it to 1e-4), at the cost of one token per block.
+    ///
+    /// # Shapes
+    /// - `h`: `[batch, d_model]`; captures `[batch, d_model]` (`[batch, vocab]` for logits)
+    pub fn resume_last_token(
+        &self,
+        prefix: &PrefixCache,
+        start: usize,
+        h: &Tensor,
+        spec: &HookSpec,
+    ) -> Result<ActivationCache, ModelError> {
+        let _guard = tch::no_grad_guard();
+        let n = self.n_layers();
+        let b = prefix.lengths.len();
+        if start > n {
+            return Err(ModelError::Input(format!("resume from block {start}: the model has {n} blocks")));
+        }
+        if h.size() != [b as i64, self.d_model() as i64] {
+            return Err(ModelError::Input(format!(
+                "resume: h has shape {:?}, expected [{b}, {}]",
+                h.size(),
+                self.d_model()
+            )));
+        }
+        let mut local = HookSpec::new();
+        for c in &spec.captures {
+            if c.positions != Positions::Last {
+                return Err(ModelError::Input(format!("resume: capture {} must use the last position", c.hook)));
+            }
+            if c.hook.layer().is_some_and(|l| l < start) || c.hook == HookPoint::Embed {
+                return Err(ModelError::Input(format!("resume from block {start}: {} is not recomputed", c.hook)));
+            }
+            local.captures.push(c.clone());
+        }
+        for iv in &spec.interventions {
+            if iv.hook.layer().is_some_and(|l| l < start) || iv.hook == HookPoint::Embed {
+                return Err(ModelError::Input(format!("resume from block {start}: cannot intervene at {}", iv.hook)));
+            }
+            let mut targets = Vec::with_capacity(iv.targets.len());
+            for &(ex, p) in &iv.targets {
+                if ex >= b || p != prefix.lengths[ex] as i64 - 1 {
+                    return Err(ModelError::Input(format!(
+                        "resume: intervention at {} targets ({ex}, {p}), not an example's last token",
+                        iv.hook
+                    )));
+                }
+                targets.push((ex, 0));
+            }
+            local.interventions.push(Intervention {
+                hook: iv.hook,
+                targets,
+                values: iv.values.shallow_clone(),
+                mode: iv.mode,
+            });
+        }
+        let dev = self.blocks.get(start).map(|blk| blk.device).unwrap_or_else(|| self.norm.device());
+        let ones = Tensor::ones([b as i64, 1], (Kind::Int64, prefix.key_mask.device()));
+        let key_mask = Tensor::cat(&[&prefix.key_mask, &ones], 1);
+        let pos = prefix.last_pos.view([b as i64, 1]);
+        let mut kv = KvCache {
+            k: prefix.k.iter().map(|t| t.shallow_clone()).collect(),
+            v: prefix.v.iter().map(|t| t.shallow_clone()).collect(),
+            key_mask: key_mask.shallow_clone(),
+            next_pos: prefix.last_pos.shallow_clone(),
+        };
+        let (pad, lengths) = (vec![0usize; b], vec![1usize; b]);
+        let ctx = Ctx { batch_pad: &pad, lengths: &lengths, seq: 1 };
+        let depth = local.depth(n).max(start).min(n);
+        let mut cache = ActivationCache::default();
+        let h = h.to_device(dev).to_kind(self.kind).unsqueeze(1);
+        self.run_blocks(h, &key_mask, &pos, Some(&mut kv), &local, &ctx, start..depth, &mut cache)?;
+        Ok(cache)
+    }
+
     /// Start incremental decoding: run the prompt batch and keep every block's keys and values.
     ///
     /// # Shapes
@@ -505,7 +641,7 @@ impl Llama {
         let ctx = Ctx { batch_pad: &batch.pad, lengths: &batch.lengths, seq: batch.seq_len() as i64 };
         let spec = HookSpec::new().capture_last(HookPoint::Logits);
         let mut cache = ActivationCache::default();
-        self.run_blocks(self.embed_tokens(&ids), &mask, &pos, Some(&mut kv), &spec, &ctx, n, &mut cache)?;
+        self.run_blocks(self.embed_tokens(&ids), &mask, &pos, Some(&mut kv), &spec, &ctx, 0..n, &mut cache)?;
         let logits = cache.take(HookPoint::Logits).expect("logits were requested").to_kind(Kind::Float);
         Ok((logits, kv))
     }
@@ -528,7 +664,7 @@ impl Llama {
         let spec = HookSpec::new().capture_last(HookPoint::Logits);
         let mut cache = ActivationCache::default();
         let n = self.n_layers();
-        self.run_blocks(self.embed_tokens(&ids), &key_mask, &pos, Some(kv), &spec, &ctx, n, &mut cache)?;
+        self.run_blocks(self.embed_tokens(&ids), &key_mask, &pos, Some(kv), &spec, &ctx, 0..n, &mut cache)?;
         kv.key_mask = key_mask;
         kv.next_pos = &kv.next_pos + 1;
         Ok(cache.take(HookPoint::Logits).expect("logits were requested").to_kind(Kind::Float))

@@ -16,7 +16,7 @@ pub mod weights;
 
 pub use config::{Architecture, ModelConfig};
 pub use hooks::{ActivationCache, Capture, HookPoint, HookSpec, Intervention, InterventionMode, Positions};
-pub use llama::{AttnImpl, Batch, ForwardOutput, KvCache, Llama};
+pub use llama::{AttnImpl, Batch, ForwardOutput, KvCache, Llama, PrefixCache};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
