@@ -209,6 +209,9 @@ impl Llama {
             let w_down = get(&format!("{p}.mlp.down_proj.weight"), &[d, ffn], dev)?;
             let ln_attn = get(&format!("{p}.input_layernorm.weight"), &[d], dev)?;
             let ln_mlp = get(&format!("{p}.post_attention_layernorm.weight"), &[d], dev)?;
+            // The unfused q/k/v and gate/up pieces were just freed: hand them back before the next block allocates, so
+            // loading peaks at the weights plus one block rather than accumulating freed scratch on the heap.
+            release_free_memory();
             blocks.push(Block { wqkv, bqkv, wo, bo, w_gate_up, w_down, ln_attn, ln_mlp, device: dev });
         }
         let norm = get("model.norm.weight", &[d], head_device)?;
@@ -225,12 +228,7 @@ impl Llama {
         };
         let inv_freq = rope_inv_freq(&config, store)?.to_device(first);
         let attn_impl = if first.is_cuda() { AttnImpl::Sdpa } else { AttnImpl::Eager };
-        // Hand the load's transient buffers (unfused q/k/v, dequantisation scratch) back to the OS.
-        #[cfg(all(target_os = "linux", target_env = "gnu"))]
-        // SAFETY: malloc_trim only releases free memory.
-        unsafe {
-            libc::malloc_trim(0);
-        }
+        release_free_memory();
         Ok(Llama { config, kind, attn_impl, embed, blocks, norm, lm_head, inv_freq, n_params })
     }
 
@@ -699,6 +697,15 @@ impl Llama {
             logits = self.decode_step(&next, &mut kv)?;
         }
         Ok(out)
+    }
+}
+
+/// Return free heap memory to the OS (glibc's `malloc_trim`; a no-op elsewhere).
+fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases memory that is already free.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 
