@@ -114,13 +114,15 @@ fn sdpa_attention_matches_hf() {
 /// bf16 drift: trustlens bf16 against transformers bf16 on the same weights. bf16 has 8 mantissa bits, so the bound
 /// is loose; the measured figure is printed for the record.
 #[test]
-fn bf16_drift_is_small() {
+fn bf16_and_f16_drift_is_small() {
     for name in ["tiny-llama", "tiny-mistral", "tiny-qwen2"] {
         let d = check_parity(name, &fixture(name), DType::BF16, "bf16.", 0.25);
         eprintln!("{name}: bf16 trustlens vs bf16 transformers, worst max abs diff {d:.3e}");
         // And how far bf16 drifts from the f32 reference (inherent to the dtype, the same for both sides).
         let d32 = check_parity(name, &fixture(name), DType::BF16, "", 1.0);
         eprintln!("{name}: bf16 trustlens vs f32 transformers, worst max abs diff {d32:.3e}");
+        let d16 = check_parity(name, &fixture(name), DType::F16, "", 0.05);
+        eprintln!("{name}: f16 trustlens vs f32 transformers, worst max abs diff {d16:.3e}");
     }
 }
 
