@@ -38,6 +38,8 @@ test: setup fixtures
 # Benchmarks against the reference implementations; results in bench/results/*.json.
 bench: setup
     .venv/bin/python bench/forward.py
+    .venv/bin/python bench/capture.py
+    .venv/bin/python bench/probe.py
 
 # Formatting and lints, as CI expects them.
 lint:

@@ -5,7 +5,9 @@ pub mod capture;
 pub mod cases;
 pub mod experiment;
 pub mod model;
+pub mod probe;
 pub mod prompt;
+pub mod stats;
 
 /// Keep freed activation buffers in the process instead of handing them back to the kernel after every forward pass.
 ///

@@ -27,6 +27,9 @@ enum Command {
     /// Inspect and merge activation files.
     #[command(subcommand)]
     Activations(cli::activations::ActivationsCommand),
+    /// Probes per layer: logistic, difference-of-means and RBF probes with grouped CV over cases, transfer across
+    /// channels, bootstrap CIs and permutation p-values; writes probes.csv and probes.json.
+    Probe(cli::probe::ProbeArgs),
 }
 
 fn main() {
@@ -37,6 +40,7 @@ fn main() {
         Command::Cases(cmd) => cli::cases::run(cmd),
         Command::Capture(args) => cli::capture::run(args),
         Command::Activations(cmd) => cli::activations::run(cmd),
+        Command::Probe(args) => cli::probe::run(args),
     };
     if let Err(err) = result {
         // One line: the chain of contexts joined, no backtrace.

@@ -3,3 +3,4 @@ pub mod activations;
 pub mod capture;
 pub mod cases;
 pub mod model;
+pub mod probe;
