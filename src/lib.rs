@@ -5,6 +5,7 @@ pub mod capture;
 pub mod cases;
 pub mod experiment;
 pub mod model;
+pub mod patch;
 pub mod probe;
 pub mod prompt;
 pub mod stats;

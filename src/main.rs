@@ -30,6 +30,9 @@ enum Command {
     /// Probes per layer: logistic, difference-of-means and RBF probes with grouped CV over cases, transfer across
     /// channels, bootstrap CIs and permutation p-values; writes probes.csv and probes.json.
     Probe(cli::probe::ProbeArgs),
+    /// Activation patching between each case's adversarial prompt and its benign control, forward and reverse,
+    /// single- and multi-layer, scored by cosine shift with bootstrap CIs; writes patching.csv and patching.json.
+    Patch(cli::patch::PatchArgs),
 }
 
 fn main() {
@@ -41,6 +44,7 @@ fn main() {
         Command::Capture(args) => cli::capture::run(args),
         Command::Activations(cmd) => cli::activations::run(cmd),
         Command::Probe(args) => cli::probe::run(args),
+        Command::Patch(args) => cli::patch::run(args),
     };
     if let Err(err) = result {
         // One line: the chain of contexts joined, no backtrace.

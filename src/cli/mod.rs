@@ -3,4 +3,5 @@ pub mod activations;
 pub mod capture;
 pub mod cases;
 pub mod model;
+pub mod patch;
 pub mod probe;

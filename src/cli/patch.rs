@@ -1,0 +1,210 @@
+//! `trustlens patch EXPERIMENT.toml`: single- and multi-layer activation patching between matched prompts.
+use anyhow::{Context, Result};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
+use trustlens::capture;
+use trustlens::experiment::{Experiment, LayerSpec};
+use trustlens::model::{self, DType, LoadOptions};
+use trustlens::patch::{self, Pair, PatchOptions, Readout};
+use trustlens::prompt::PromptAssets;
+
+/// Patch the last-token residual stream between each case's adversarial prompt and its benign control, in both
+/// directions, at every layer of the experiment's layer set (and at any extra layer sets), scored by cosine shift of
+/// the readout. Writes `<out>/patching.csv` (means with bootstrap 95% CIs over cases, per layer set, direction,
+/// channel and family) and `<out>/patching.json` (the same plus every pair's values and the configuration).
+///
+/// forward = adversarial -> benign: shift = cos(r_patched, r_adv) - cos(r_benign, r_adv);
+/// reverse = benign -> adversarial: shift = cos(r_patched, r_benign) - cos(r_adv, r_benign).
+///
+/// Example: trustlens patch experiments/channel-trust.toml --sets 12..29 --sets 12+24 --random-control
+#[derive(Args)]
+pub struct PatchArgs {
+    /// Experiment file (TOML); its [model], [cases] and [capture] layers are used.
+    pub experiment: PathBuf,
+    /// Override the single-layer list: `6,12,18` or `frac:0.2,0.4,0.6,0.8`.
+    #[arg(long)]
+    pub layers: Option<String>,
+    /// Extra layer sets patched together: `12+20`, `12..29` (repeatable).
+    #[arg(long = "sets")]
+    pub sets: Vec<String>,
+    /// Readout: ln_final (default), resid_post (last block) or logits.
+    #[arg(long, default_value = "ln_final")]
+    pub readout: String,
+    /// Recompute whole prompts (the reference path) instead of the last token over the cached prefix.
+    #[arg(long)]
+    pub full_recompute: bool,
+    /// Also patch a random vector of the source's norm at each single layer, as a control.
+    #[arg(long)]
+    pub random_control: bool,
+    /// Pairs per forward pass.
+    #[arg(long, default_value_t = 8)]
+    pub batch_pairs: usize,
+    /// Only the first N cases (quick looks).
+    #[arg(long)]
+    pub max_cases: Option<usize>,
+    /// Bootstrap replicates for the CIs.
+    #[arg(long, default_value_t = 2000)]
+    pub n_boot: usize,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Output folder (default figures/<run>).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Override [model] device.
+    #[arg(long)]
+    pub device: Option<String>,
+    /// Intra-op threads (0 = libtorch's default).
+    #[arg(long, default_value_t = 0)]
+    pub threads: i32,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+pub fn run(a: PatchArgs) -> Result<()> {
+    if a.threads > 0 {
+        tch::set_num_threads(a.threads);
+    }
+    let mut exp = Experiment::load(&a.experiment)?;
+    if let Some(d) = &a.device {
+        exp.model.device = d.clone();
+    }
+    // Pairs need both conditions.
+    exp.cases.conditions = vec!["adversarial".into(), "benign".into()];
+    let readout = Readout::parse(&a.readout).map_err(anyhow::Error::msg)?;
+    let dtype: DType = exp.model.dtype.parse().map_err(anyhow::Error::msg)?;
+    let device = model::parse_device(&exp.model.device)?;
+    let assets = PromptAssets::load(&exp.model.path)?;
+    let plan = capture::prepare(&exp, &assets, None)?;
+    let m = model::load(&exp.model.path, LoadOptions { dtype, device })?;
+    let n = m.n_layers();
+    let spec = match &a.layers {
+        Some(s) => LayerSpec::parse_arg(s)?,
+        None => exp.capture.layers.clone(),
+    };
+    let mut layer_sets: Vec<Vec<usize>> = spec.resolve(n)?.into_iter().map(|l| vec![l]).collect();
+    for s in &a.sets {
+        let set = patch::parse_layer_set(s).map_err(anyhow::Error::msg)?;
+        anyhow::ensure!(set.iter().all(|&l| l < n), "layer set `{s}` is past the model's {n} layers");
+        layer_sets.push(set);
+    }
+    // Pair the adversarial and benign prompt of each case x channel.
+    let mut by_key: BTreeMap<(String, String), [Option<usize>; 2]> = BTreeMap::new();
+    for (i, p) in plan.prompts.iter().enumerate() {
+        let slot = usize::from(p.meta.condition == "benign");
+        by_key.entry((p.meta.case_id.clone(), p.meta.channel.clone())).or_default()[slot] = Some(i);
+    }
+    let mut pairs = Vec::new();
+    let mut order: Vec<&String> = Vec::new();
+    for p in &plan.prompts {
+        if !order.contains(&&p.meta.case_id) {
+            order.push(&p.meta.case_id);
+        }
+    }
+    let keep: Vec<&String> = order.into_iter().take(a.max_cases.unwrap_or(usize::MAX)).collect();
+    for ((case, channel), [adv, ben]) in &by_key {
+        if !keep.contains(&case) {
+            continue;
+        }
+        let (Some(adv), Some(ben)) = (adv, ben) else {
+            anyhow::bail!("case {case} ({channel}): the adversarial prompt or its benign control is missing");
+        };
+        let (pa, pb) = (&plan.prompts[*adv], &plan.prompts[*ben]);
+        pairs.push(Pair {
+            case_id: case.clone(),
+            family: pa.meta.family.clone(),
+            subtype: pa.meta.subtype.clone(),
+            channel: channel.clone(),
+            adversarial: pa.ids.clone(),
+            benign: pb.ids.clone(),
+        });
+    }
+    // Similar lengths together: less padding per batch.
+    pairs.sort_by_key(|p| p.adversarial.len().max(p.benign.len()));
+    let opts = PatchOptions {
+        layer_sets: layer_sets.clone(),
+        readout,
+        batch_pairs: a.batch_pairs,
+        full_recompute: a.full_recompute,
+        random_control: a.random_control,
+        seed: a.seed,
+        pad_id: plan.pad_id,
+    };
+    let bar = if a.quiet { ProgressBar::hidden() } else { ProgressBar::new(pairs.len() as u64) };
+    bar.set_style(
+        ProgressStyle::with_template("patching {bar:30} {pos}/{len} pairs  {per_sec}  ETA {eta}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let t0 = std::time::Instant::now();
+    let results = patch::run(&m, &pairs, &opts, |done| bar.set_position(done as u64))?;
+    bar.finish_and_clear();
+    let secs = t0.elapsed().as_secs_f64();
+    let summary = patch::summarize(&results, a.n_boot, 0.95, a.seed);
+    let out = a.out.clone().unwrap_or_else(|| PathBuf::from("figures").join(exp.run_name(&a.experiment)));
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    let csv_path = out.join("patching.csv");
+    let mut csv = std::fs::File::create(&csv_path).with_context(|| format!("writing {}", csv_path.display()))?;
+    writeln!(csv, "layers,direction,channel,family,n,shift,shift_lo,shift_hi,recovery,recovery_lo,recovery_hi,random_shift,random_lo,random_hi")?;
+    for r in &summary {
+        let (rs, rl, rh) = r.random_shift.map(|e| (e.value, e.lo, e.hi)).unwrap_or((f64::NAN, f64::NAN, f64::NAN));
+        writeln!(
+            csv,
+            "{},{},{},{},{},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6},{:.6}",
+            r.layers,
+            r.direction,
+            r.channel,
+            r.family,
+            r.n,
+            r.shift.value,
+            r.shift.lo,
+            r.shift.hi,
+            r.recovery.value,
+            r.recovery.lo,
+            r.recovery.hi,
+            rs,
+            rl,
+            rh
+        )?;
+    }
+    let json_path = out.join("patching.json");
+    let doc = serde_json::json!({
+        "config": {
+            "experiment": a.experiment, "model": exp.model.path, "dtype": dtype.name(), "device": format!("{device:?}"),
+            "readout": readout, "layer_sets": layer_sets, "full_recompute": a.full_recompute,
+            "random_control": a.random_control, "n_boot": a.n_boot, "seed": a.seed, "pairs": pairs.len(),
+            "tool_rendering": plan.tool_rendering, "cases_sha256": plan.cases_sha256,
+            "trustlens_version": env!("CARGO_PKG_VERSION"), "seconds": secs,
+        },
+        "summary": summary,
+        "pairs": results,
+    });
+    std::fs::write(&json_path, serde_json::to_string_pretty(&doc)?)
+        .with_context(|| format!("writing {}", json_path.display()))?;
+    println!("{:<8} {:<8} {:<6} {:>5}  shift [95% CI]", "layers", "dir", "chan", "n");
+    for r in summary.iter().filter(|r| r.family == "all") {
+        println!(
+            "{:<8} {:<8} {:<6} {:>5}  {:+.4} [{:+.4}, {:+.4}]{}",
+            r.layers,
+            r.direction,
+            r.channel,
+            r.n,
+            r.shift.value,
+            r.shift.lo,
+            r.shift.hi,
+            r.random_shift
+                .map(|e| format!("   random {:+.4} [{:+.4}, {:+.4}]", e.value, e.lo, e.hi))
+                .unwrap_or_default()
+        );
+    }
+    eprintln!(
+        "{} pairs x {} layer sets x 2 directions in {secs:.1}s; wrote {} and {}",
+        pairs.len(),
+        layer_sets.len(),
+        csv_path.display(),
+        json_path.display()
+    );
+    Ok(())
+}

@@ -1,0 +1,318 @@
+//! Activation patching between matched prompts, forward and reverse, scored by cosine shift.
+//!
+//! For each case and channel the adversarial prompt A and its benign control B form a pair (their lengths may
+//! differ: every patch is placed at each prompt's own last-token index). With r the readout (by default the final
+//! norm's output at the last token):
+//! - **forward** (adversarial -> benign): run B with A's `blocks.{l}.hook_resid_post` (at A's last token) written
+//!   into B's last token; shift = cos(r_patched, r_A) - cos(r_B, r_A).
+//! - **reverse** (benign -> adversarial): run A with B's value; shift = cos(r_patched, r_B) - cos(r_A, r_B).
+//! - **recovery** = shift / (1 - cos(r_target, r_source)): the fraction of the gap the patch closes.
+//!
+//! A layer *set* patches several layers at once (each with the source's value at that layer): `[l]` is the paper's
+//! single-layer patch, `l..L` the cumulative one.
+//!
+//! The patched run is computed over the target's cached keys and values ([`Llama::resume_last_token`]): a change
+//! at the last token never reaches earlier positions, so only the last token is recomputed from the first patched
+//! block up. `full_recompute` runs the whole prompt instead (the reference path).
+use crate::model::{Batch, HookPoint, HookSpec, Intervention, InterventionMode, Llama, ModelError};
+use crate::stats::{bootstrap_groups, Estimate};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use tch::{Device, Kind, Tensor};
+
+/// What the shift is measured on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Readout {
+    /// `ln_final.hook_normalized` at the last token (default).
+    LnFinal,
+    /// `blocks.{n-1}.hook_resid_post` at the last token.
+    ResidPost,
+    /// The logits at the last token.
+    Logits,
+}
+
+impl Readout {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "ln_final" => Ok(Readout::LnFinal),
+            "resid_post" => Ok(Readout::ResidPost),
+            "logits" => Ok(Readout::Logits),
+            _ => Err(format!("unknown readout `{s}` (ln_final, resid_post, logits)")),
+        }
+    }
+    fn hook(self, n_layers: usize) -> HookPoint {
+        match self {
+            Readout::LnFinal => HookPoint::LnFinal,
+            Readout::ResidPost => HookPoint::ResidPost(n_layers - 1),
+            Readout::Logits => HookPoint::Logits,
+        }
+    }
+}
+
+/// A matched pair: token ids of the adversarial and benign prompts of one case in one channel.
+#[derive(Debug, Clone)]
+pub struct Pair {
+    pub case_id: String,
+    pub family: String,
+    pub subtype: Option<String>,
+    pub channel: String,
+    pub adversarial: Vec<u32>,
+    pub benign: Vec<u32>,
+}
+
+/// How to patch.
+#[derive(Debug, Clone)]
+pub struct PatchOptions {
+    /// Layer sets; each is patched together (sorted, distinct, in range).
+    pub layer_sets: Vec<Vec<usize>>,
+    pub readout: Readout,
+    /// Pairs per forward pass (2x prompts).
+    pub batch_pairs: usize,
+    /// Recompute whole prompts instead of the last token over the cached prefix.
+    pub full_recompute: bool,
+    /// Also patch a random vector of the source's norm (single-layer sets only), as a control.
+    pub random_control: bool,
+    pub seed: u64,
+    pub pad_id: u32,
+}
+
+/// One pair, one layer set, one direction.
+#[derive(Debug, Clone, Serialize)]
+pub struct PairResult {
+    pub case_id: String,
+    pub family: String,
+    pub subtype: Option<String>,
+    pub channel: String,
+    /// The layer set as text: `12`, `12+20`, `12..29`.
+    pub layers: String,
+    /// `forward` (adversarial -> benign) or `reverse`.
+    pub direction: &'static str,
+    pub shift: f64,
+    pub recovery: f64,
+    /// cos(r_target, r_source) before patching.
+    pub cos_clean: f64,
+    /// Shift from patching a random vector of the source's norm (single-layer sets with the control on).
+    pub random_shift: Option<f64>,
+}
+
+/// Text name of a layer set.
+pub fn set_name(set: &[usize]) -> String {
+    if set.len() > 2 && set.windows(2).all(|w| w[1] == w[0] + 1) {
+        format!("{}..{}", set[0], set[set.len() - 1])
+    } else {
+        set.iter().map(|l| l.to_string()).collect::<Vec<_>>().join("+")
+    }
+}
+
+/// Cosine similarity per row of two `[n, d]` tensors, in f64.
+fn row_cos(a: &Tensor, b: &Tensor) -> Vec<f64> {
+    let a = a.to_kind(Kind::Double).to_device(Device::Cpu);
+    let b = b.to_kind(Kind::Double).to_device(Device::Cpu);
+    let num = (&a * &b).sum_dim_intlist(&[-1i64][..], false, Kind::Double);
+    let den = a.norm_scalaropt_dim(2, &[-1i64][..], false) * b.norm_scalaropt_dim(2, &[-1i64][..], false);
+    Vec::<f64>::try_from(num / den.clamp_min(1e-30)).unwrap_or_default()
+}
+
+/// Patch every pair at every layer set, both directions. `progress` is called with the number of pairs done.
+///
+/// # Shapes
+/// Each batch runs `2 k` prompts (k adversarial, then their k benign controls); captures are `[2k, d_model]`.
+pub fn run(
+    model: &Llama,
+    pairs: &[Pair],
+    opts: &PatchOptions,
+    mut progress: impl FnMut(usize),
+) -> Result<Vec<PairResult>, ModelError> {
+    let n = model.n_layers();
+    for set in &opts.layer_sets {
+        if set.is_empty() || set.windows(2).any(|w| w[1] <= w[0]) || set.iter().any(|&l| l >= n) {
+            return Err(ModelError::Input(format!(
+                "layer set {set:?}: layers must be distinct, increasing and below the model's {n} layers"
+            )));
+        }
+    }
+    let readout = opts.readout.hook(n);
+    let mut layers: Vec<usize> = opts.layer_sets.iter().flatten().copied().collect();
+    layers.sort_unstable();
+    layers.dedup();
+    let mut out = Vec::new();
+    tch::manual_seed(opts.seed as i64);
+    for (chunk_i, chunk) in pairs.chunks(opts.batch_pairs.max(1)).enumerate() {
+        let k = chunk.len();
+        let prompts: Vec<Vec<u32>> =
+            chunk.iter().map(|p| p.adversarial.clone()).chain(chunk.iter().map(|p| p.benign.clone())).collect();
+        let lens: Vec<usize> = prompts.iter().map(|p| p.len()).collect();
+        let batch = Batch::left_padded(&prompts, opts.pad_id)?;
+        let mut spec = HookSpec::new().capture_last(readout);
+        for &l in &layers {
+            if HookPoint::ResidPost(l) != readout {
+                spec = spec.capture_last(HookPoint::ResidPost(l));
+            }
+        }
+        let (clean, prefix) = model.forward_with_prefix(&batch, &spec)?;
+        let r_clean = clean.cache.get(readout).expect("readout captured").shallow_clone();
+        let resid = |l: usize| clean.cache.get(HookPoint::ResidPost(l)).expect("captured").shallow_clone();
+        // Row i's partner: adversarial i <-> benign i.
+        let partner: Vec<i64> = (0..2 * k).map(|i| if i < k { (i + k) as i64 } else { (i - k) as i64 }).collect();
+        let partner_t = Tensor::from_slice(&partner).to_device(r_clean.device());
+        let r_source = r_clean.index_select(0, &partner_t);
+        let cos_clean = row_cos(&r_clean, &r_source);
+        let last_targets: Vec<(usize, i64)> = lens.iter().enumerate().map(|(b, &len)| (b, len as i64 - 1)).collect();
+        let patched_readout = |set: &[usize], first: &Tensor| -> Result<Tensor, ModelError> {
+            let mut ivs = Vec::new();
+            for (j, &l) in set.iter().enumerate() {
+                let values = if j == 0 { first.shallow_clone() } else { resid(l).index_select(0, &partner_t) };
+                ivs.push(Intervention {
+                    hook: HookPoint::ResidPost(l),
+                    targets: last_targets.clone(),
+                    values,
+                    mode: InterventionMode::Replace,
+                });
+            }
+            let mut spec = HookSpec::new().capture_last(readout);
+            if opts.full_recompute {
+                for iv in ivs {
+                    spec = spec.intervene(iv);
+                }
+                let mut o = model.forward(&batch, &spec)?;
+                return Ok(o.cache.take(readout).expect("readout captured"));
+            }
+            // The readout is the last block's resid_post and the first patched layer is the last block: the
+            // patched value is the readout.
+            if readout == HookPoint::ResidPost(n - 1) && set[0] == n - 1 {
+                return Ok(first.shallow_clone());
+            }
+            for iv in ivs.into_iter().skip(1) {
+                spec = spec.intervene(iv);
+            }
+            let mut o = model.resume_last_token(&prefix, set[0] + 1, first, &spec)?;
+            Ok(o.take(readout).expect("readout captured"))
+        };
+        for set in &opts.layer_sets {
+            let src_first = resid(set[0]).index_select(0, &partner_t);
+            let r_p = patched_readout(set, &src_first)?;
+            let cos_p = row_cos(&r_p, &r_source);
+            let random = if opts.random_control && set.len() == 1 {
+                let noise = Tensor::randn(src_first.size(), (Kind::Float, Device::Cpu)).to_device(src_first.device());
+                let scale = src_first.to_kind(Kind::Float).norm_scalaropt_dim(2, &[-1i64][..], true)
+                    / noise.norm_scalaropt_dim(2, &[-1i64][..], true);
+                let h = (noise * scale).to_kind(src_first.kind());
+                Some(row_cos(&patched_readout(set, &h)?, &r_source))
+            } else {
+                None
+            };
+            for i in 0..2 * k {
+                let p = &chunk[i % k];
+                let shift = cos_p[i] - cos_clean[i];
+                let gap = 1.0 - cos_clean[i];
+                out.push(PairResult {
+                    case_id: p.case_id.clone(),
+                    family: p.family.clone(),
+                    subtype: p.subtype.clone(),
+                    channel: p.channel.clone(),
+                    layers: set_name(set),
+                    // Rows < k are adversarial targets receiving benign values: reverse.
+                    direction: if i < k { "reverse" } else { "forward" },
+                    shift,
+                    recovery: if gap.abs() > 1e-12 { shift / gap } else { f64::NAN },
+                    cos_clean: cos_clean[i],
+                    random_shift: random.as_ref().map(|c| c[i] - cos_clean[i]),
+                });
+            }
+        }
+        progress((chunk_i * opts.batch_pairs.max(1) + k).min(pairs.len()));
+    }
+    Ok(out)
+}
+
+/// Mean shift of one group of pair results with a bootstrap CI over cases.
+#[derive(Debug, Clone, Serialize)]
+pub struct SummaryRow {
+    pub layers: String,
+    pub direction: String,
+    pub channel: String,
+    /// `all`, `TP`, `IPI`, `CTS`.
+    pub family: String,
+    pub n: usize,
+    pub shift: Estimate,
+    pub recovery: Estimate,
+    pub random_shift: Option<Estimate>,
+}
+
+/// Mean shift (and recovery, and the random control) per layer set x direction x channel x family (plus `all`),
+/// with percentile bootstrap CIs resampling cases.
+pub fn summarize(results: &[PairResult], n_boot: usize, level: f64, seed: u64) -> Vec<SummaryRow> {
+    let mut groups: BTreeMap<(String, String, String, String), Vec<&PairResult>> = BTreeMap::new();
+    for r in results {
+        for fam in ["all".to_string(), r.family.clone()] {
+            groups.entry((r.layers.clone(), r.direction.to_string(), r.channel.clone(), fam)).or_default().push(r);
+        }
+    }
+    let mean = |rows: &[&PairResult], f: &dyn Fn(&PairResult) -> f64, idx: &[usize]| -> f64 {
+        let v: Vec<f64> = idx.iter().map(|&i| f(rows[i])).filter(|x| x.is_finite()).collect();
+        if v.is_empty() {
+            f64::NAN
+        } else {
+            v.iter().sum::<f64>() / v.len() as f64
+        }
+    };
+    groups
+        .into_iter()
+        .map(|((layers, direction, channel, family), rows)| {
+            let ids: Vec<String> = rows.iter().map(|r| r.case_id.clone()).collect();
+            let est =
+                |f: &dyn Fn(&PairResult) -> f64| bootstrap_groups(&ids, n_boot, level, seed, |idx| mean(&rows, f, idx));
+            let random_shift =
+                rows.iter().all(|r| r.random_shift.is_some()).then(|| est(&|r| r.random_shift.unwrap_or(f64::NAN)));
+            SummaryRow {
+                n: rows.len(),
+                shift: est(&|r| r.shift),
+                recovery: est(&|r| r.recovery),
+                random_shift,
+                layers,
+                direction,
+                channel,
+                family,
+            }
+        })
+        .collect()
+}
+
+/// Parse layer sets: `12`, `12+20`, `12..29`, several separated by `;` or given as separate strings; `frac` layers
+/// are resolved by the caller.
+pub fn parse_layer_set(s: &str) -> Result<Vec<usize>, String> {
+    let s = s.trim();
+    if let Some((a, b)) = s.split_once("..") {
+        let a: usize = a.trim().parse().map_err(|_| format!("bad layer set `{s}`"))?;
+        let b: usize = b.trim().parse().map_err(|_| format!("bad layer set `{s}`"))?;
+        if b < a {
+            return Err(format!("bad layer set `{s}`: empty range"));
+        }
+        return Ok((a..=b).collect());
+    }
+    let mut v: Vec<usize> = s
+        .split('+')
+        .map(|x| x.trim().parse::<usize>().map_err(|_| format!("bad layer set `{s}`")))
+        .collect::<Result<_, _>>()?;
+    v.sort_unstable();
+    v.dedup();
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layer_sets_parse_and_print() {
+        assert_eq!(parse_layer_set("12").unwrap(), vec![12]);
+        assert_eq!(parse_layer_set("20+12").unwrap(), vec![12, 20]);
+        assert_eq!(parse_layer_set("3..6").unwrap(), vec![3, 4, 5, 6]);
+        assert!(parse_layer_set("6..3").is_err());
+        assert!(parse_layer_set("x").is_err());
+        assert_eq!(set_name(&[3, 4, 5, 6]), "3..6");
+        assert_eq!(set_name(&[12, 20]), "12+20");
+        assert_eq!(set_name(&[7]), "7");
+    }
+}
