@@ -39,6 +39,7 @@ test: setup fixtures
 bench: setup
     .venv/bin/python bench/forward.py
     .venv/bin/python bench/capture.py
+    .venv/bin/python bench/capture.py
     .venv/bin/python bench/probe.py
 
 # Formatting and lints, as CI expects them.

@@ -152,6 +152,9 @@ fn capture_layout_is_read_by_h5py_and_the_reader() {
     assert!(!o.status.success() && t.contains("different model or configuration") && t.contains("--overwrite"), "{t}");
     assert_eq!(t.trim().lines().count(), 1, "one-line error: {t}");
     assert!(ActivationFile::open(&file).unwrap().attrs.complete, "the finished run is kept");
+    let o = run(&["capture", exp.to_str().unwrap(), "--quiet", "--layers", "3", "--overwrite"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(ActivationFile::open(&file).unwrap().layers, vec![3]);
 }
 
 fn wait_for_record(journal: &Path, child: &mut std::process::Child) {

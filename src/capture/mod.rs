@@ -65,7 +65,7 @@ pub struct CaptureRequest {
     pub origin: PathBuf,
     /// `(K, N)`: capture the prompts whose index is `K-1` modulo `N`.
     pub shard: Option<(usize, usize)>,
-    /// Replace an existing run made with a different model or configuration.
+    /// Delete whatever the run directory holds and start afresh (otherwise a run of another configuration is refused).
     pub overwrite: bool,
     /// Intra-op threads (None: libtorch's default).
     pub threads: Option<i32>,
@@ -421,6 +421,14 @@ pub fn run(req: &CaptureRequest) -> Result<CaptureReport, CaptureError> {
 
     // An existing run: finished, resumable, or made differently.
     let overwrite_hint = "pass --overwrite to replace it, or choose another run name (--run)";
+    if req.overwrite {
+        // Start afresh, whatever is there.
+        for p in [&h5_path, &journal_path] {
+            if p.exists() {
+                std::fs::remove_file(p).map_err(io_err(p))?;
+            }
+        }
+    }
     if h5_path.exists() {
         match ActivationFile::open(&h5_path) {
             Ok(f) if f.attrs.config_sha256 == config_sha && f.attrs.shard == shard_str => {
@@ -432,7 +440,7 @@ pub fn run(req: &CaptureRequest) -> Result<CaptureReport, CaptureError> {
                     return Ok(report);
                 }
             }
-            Ok(f) if !req.overwrite => {
+            Ok(f) => {
                 return Err(CaptureError::Refused(format!(
                     "{}: an existing run made with a different model or configuration (model {} vs {}, config {} vs {}, shard {} vs {}); {overwrite_hint}",
                     h5_path.display(),
@@ -444,12 +452,8 @@ pub fn run(req: &CaptureRequest) -> Result<CaptureReport, CaptureError> {
                     shard_str
                 )))
             }
-            Err(e) if !req.overwrite => {
+            Err(e) => {
                 return Err(CaptureError::Refused(format!("existing run file is unreadable ({e}); {overwrite_hint}")))
-            }
-            _ => {
-                std::fs::remove_file(&h5_path).map_err(io_err(&h5_path))?;
-                let _ = std::fs::remove_file(&journal_path);
             }
         }
     }
@@ -467,12 +471,10 @@ pub fn run(req: &CaptureRequest) -> Result<CaptureReport, CaptureError> {
     if journal_path.exists() {
         if let Some((j, records)) = Journal::open(&journal_path)? {
             if j.header() != &header {
-                if !req.overwrite {
-                    return Err(CaptureError::Refused(format!(
-                        "{}: an unfinished run made with a different model, configuration, shard, batch size or device; {overwrite_hint}",
-                        journal_path.display()
-                    )));
-                }
+                return Err(CaptureError::Refused(format!(
+                    "{}: an unfinished run made with a different model, configuration, shard, batch size or device; {overwrite_hint}",
+                    journal_path.display()
+                )));
             } else {
                 for rec in records {
                     let ok = (rec.batch as usize) < plan.batches.len()

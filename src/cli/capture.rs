@@ -19,7 +19,7 @@ pub struct CaptureArgs {
     /// Capture only the K-th of N deterministic shards (prompt index mod N == K-1), into `<run>/shard-K-of-N/`.
     #[arg(long, value_name = "K/N")]
     pub shard: Option<String>,
-    /// Replace an existing run made with a different model or configuration.
+    /// Delete whatever the run directory holds (a finished run, an unfinished one, another configuration) and start afresh.
     #[arg(long)]
     pub overwrite: bool,
     /// Override [model] path.
