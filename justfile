@@ -39,7 +39,6 @@ test: setup fixtures
 bench: setup
     .venv/bin/python bench/forward.py
     .venv/bin/python bench/capture.py
-    .venv/bin/python bench/capture.py
     .venv/bin/python bench/probe.py
 
 # Formatting and lints, as CI expects them.
