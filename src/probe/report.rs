@@ -206,7 +206,7 @@ impl ProbeReport {
         };
         s.push_str("In-channel (train = test channel), out-of-fold over held-out cases:\n");
         s.push_str(&format!(
-            "{:>5} {:<8} {:<10} {:<10} {:<24} {:<24} {:>8}\n",
+            "{:>5} {:<12} {:<10} {:<10} {:<24} {:<24} {:>8}\n",
             "layer", "position", "channel", "method", "accuracy [95% CI]", "AUROC [95% CI]", "p"
         ));
         for pos in &self.positions {
@@ -215,7 +215,7 @@ impl ProbeReport {
                     for m in &methods {
                         if let Some(c) = self.cell(layer, pos, m, ch, ch) {
                             s.push_str(&format!(
-                                "{:>5} {:<8} {:<10} {:<10} {:<24} {:<24} {:>8}\n",
+                                "{:>5} {:<12} {:<10} {:<10} {:<24} {:<24} {:>8}\n",
                                 layer,
                                 pos,
                                 ch,
