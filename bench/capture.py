@@ -59,7 +59,7 @@ out_dir = "{out_dir}"
 
 
 def trustlens_capture(exp, extra=()):
-    summary = exp + ".summary.json"
+    summary = os.path.join(WORK, os.path.basename(exp) + ".summary.json")
     subprocess.run([BIN, "capture", exp, "--threads", str(THREADS), "--overwrite", "--quiet",
                     "--summary-json", summary, *extra], check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
     with open(summary) as f:
