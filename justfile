@@ -40,6 +40,7 @@ bench: setup
     .venv/bin/python bench/forward.py
     .venv/bin/python bench/capture.py
     .venv/bin/python bench/probe.py
+    .venv/bin/python bench/patch.py
 
 # Formatting and lints, as CI expects them.
 lint:

@@ -510,29 +510,14 @@ impl Llama {
         batch: &Batch,
         spec: &HookSpec,
     ) -> Result<(ForwardOutput, PrefixCache), ModelError> {
-        let _guard = tch::no_grad_guard();
-        let dev = self.input_device();
-        let ids = batch.input_ids.to_device(dev);
-        let mask = batch.attention_mask.to_device(dev);
-        let pos = (mask.cumsum(1, Kind::Int64) - 1).clamp_min(0);
-        let ctx = Ctx { batch_pad: &batch.pad, lengths: &batch.lengths, seq: batch.seq_len() as i64 };
-        self.validate_spec(spec, &ctx)?;
+        let (cache, kv) = self.forward_keeping_kv(batch, spec)?;
         let n = self.n_layers();
-        let empty = || Tensor::zeros([0], (self.kind, dev));
-        let mut kv = KvCache {
-            k: (0..n).map(|_| empty()).collect(),
-            v: (0..n).map(|_| empty()).collect(),
-            key_mask: mask.shallow_clone(),
-            next_pos: pos.select(1, -1) + 1,
-        };
-        let mut cache = ActivationCache::default();
-        self.run_blocks(self.embed_tokens(&ids), &mask, &pos, Some(&mut kv), spec, &ctx, 0..n, &mut cache)?;
         let t = batch.seq_len() as i64;
         let prefix = PrefixCache {
             k: kv.k.iter().map(|k| k.narrow(2, 0, t - 1)).collect(),
             v: kv.v.iter().map(|v| v.narrow(2, 0, t - 1)).collect(),
-            key_mask: mask.narrow(1, 0, t - 1),
-            last_pos: pos.select(1, t - 1),
+            key_mask: kv.key_mask.narrow(1, 0, t - 1),
+            last_pos: &kv.next_pos - 1,
             lengths: batch.lengths.clone(),
         };
         Ok((ForwardOutput { cache, last_token_index: batch.last_token_index(), blocks_run: n }, prefix))
@@ -618,16 +603,15 @@ impl Llama {
         Ok(cache)
     }
 
-    /// Start incremental decoding: run the prompt batch and keep every block's keys and values.
-    ///
-    /// # Shapes
-    /// - returns logits at each example's last token: `[batch, vocab]` (f32)
-    pub fn prefill(&self, batch: &Batch) -> Result<(Tensor, KvCache), ModelError> {
+    /// Run every block over `batch`, keeping each block's keys and values (`[batch, n_kv_heads, seq, head_dim]`).
+    fn forward_keeping_kv(&self, batch: &Batch, spec: &HookSpec) -> Result<(ActivationCache, KvCache), ModelError> {
         let _guard = tch::no_grad_guard();
         let dev = self.input_device();
         let ids = batch.input_ids.to_device(dev);
         let mask = batch.attention_mask.to_device(dev);
         let pos = (mask.cumsum(1, Kind::Int64) - 1).clamp_min(0);
+        let ctx = Ctx { batch_pad: &batch.pad, lengths: &batch.lengths, seq: batch.seq_len() as i64 };
+        self.validate_spec(spec, &ctx)?;
         let n = self.n_layers();
         let empty = || Tensor::zeros([0], (self.kind, dev));
         let mut kv = KvCache {
@@ -636,10 +620,17 @@ impl Llama {
             key_mask: mask.shallow_clone(),
             next_pos: pos.select(1, -1) + 1,
         };
-        let ctx = Ctx { batch_pad: &batch.pad, lengths: &batch.lengths, seq: batch.seq_len() as i64 };
-        let spec = HookSpec::new().capture_last(HookPoint::Logits);
         let mut cache = ActivationCache::default();
-        self.run_blocks(self.embed_tokens(&ids), &mask, &pos, Some(&mut kv), &spec, &ctx, 0..n, &mut cache)?;
+        self.run_blocks(self.embed_tokens(&ids), &mask, &pos, Some(&mut kv), spec, &ctx, 0..n, &mut cache)?;
+        Ok((cache, kv))
+    }
+
+    /// Start incremental decoding: run the prompt batch and keep every block's keys and values.
+    ///
+    /// # Shapes
+    /// - returns logits at each example's last token: `[batch, vocab]` (f32)
+    pub fn prefill(&self, batch: &Batch) -> Result<(Tensor, KvCache), ModelError> {
+        let (mut cache, kv) = self.forward_keeping_kv(batch, &HookSpec::new().capture_last(HookPoint::Logits))?;
         let logits = cache.take(HookPoint::Logits).expect("logits were requested").to_kind(Kind::Float);
         Ok((logits, kv))
     }
