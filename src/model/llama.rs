@@ -250,6 +250,15 @@ impl Llama {
         self.embed.device()
     }
 
+    /// A batch's ids, mask and position ids (`cumsum(mask) - 1`, pads at 0) on the input device, each `[batch, seq]`.
+    fn inputs(&self, batch: &Batch) -> (Tensor, Tensor, Tensor) {
+        let dev = self.input_device();
+        let ids = batch.input_ids.to_device(dev);
+        let mask = batch.attention_mask.to_device(dev);
+        let pos = (mask.cumsum(1, Kind::Int64) - 1).clamp_min(0);
+        (ids, mask, pos)
+    }
+
     /// Run a batch with hooks.
     ///
     /// # Shapes
@@ -258,17 +267,13 @@ impl Llama {
     ///   `Many`, `[batch, seq, d_model]` for `All`; logits have `vocab` in place of `d_model`.
     pub fn forward(&self, batch: &Batch, spec: &HookSpec) -> Result<ForwardOutput, ModelError> {
         let _guard = tch::no_grad_guard();
-        let dev = self.input_device();
-        let ids = batch.input_ids.to_device(dev);
-        let mask = batch.attention_mask.to_device(dev);
-        let pos = (mask.cumsum(1, Kind::Int64) - 1).clamp_min(0);
+        let (ids, mask, pos) = self.inputs(batch);
         let ctx = Ctx { batch_pad: &batch.pad, lengths: &batch.lengths, seq: batch.seq_len() as i64 };
         let depth = spec.depth(self.n_layers()).min(self.n_layers());
         let mut cache = ActivationCache::default();
         self.validate_spec(spec, &ctx)?;
         let h = self.embed_tokens(&ids);
-        let (cache_out, blocks_run) = self.run_blocks(h, &mask, &pos, None, spec, &ctx, 0..depth, &mut cache)?;
-        drop(cache_out);
+        let (_, blocks_run) = self.run_blocks(h, &mask, &pos, None, spec, &ctx, 0..depth, &mut cache)?;
         Ok(ForwardOutput { cache, last_token_index: batch.last_token_index(), blocks_run })
     }
 
@@ -607,9 +612,7 @@ impl Llama {
     fn forward_keeping_kv(&self, batch: &Batch, spec: &HookSpec) -> Result<(ActivationCache, KvCache), ModelError> {
         let _guard = tch::no_grad_guard();
         let dev = self.input_device();
-        let ids = batch.input_ids.to_device(dev);
-        let mask = batch.attention_mask.to_device(dev);
-        let pos = (mask.cumsum(1, Kind::Int64) - 1).clamp_min(0);
+        let (ids, mask, pos) = self.inputs(batch);
         let ctx = Ctx { batch_pad: &batch.pad, lengths: &batch.lengths, seq: batch.seq_len() as i64 };
         self.validate_spec(spec, &ctx)?;
         let n = self.n_layers();
