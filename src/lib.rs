@@ -1,13 +1,17 @@
 //! trustlens: does a language model treat the same malicious instruction differently when it arrives through the
 //! user's chat message, a tool's description or a tool's output? See README.md for the tour.
 pub mod activations;
+pub mod behave;
 pub mod capture;
 pub mod cases;
 pub mod experiment;
+pub mod guard;
 pub mod model;
 pub mod patch;
+pub mod plot;
 pub mod probe;
 pub mod prompt;
+pub mod sas;
 pub mod stats;
 
 /// Keep freed activation buffers in the process instead of handing them back to the kernel after every forward pass.

@@ -33,6 +33,17 @@ enum Command {
     /// Activation patching between each case's adversarial prompt and its benign control, forward and reverse,
     /// single- and multi-layer, scored by cosine shift with bootstrap CIs; writes patching.csv and patching.json.
     Patch(cli::patch::PatchArgs),
+    /// Run an experiment end to end: capture -> probes -> transfer -> patching -> figures (-> behaviour/SAS), each
+    /// stage cached by a content hash of its inputs.
+    Sweep(cli::sweep::SweepArgs),
+    /// Render per-layer figures (PNG + SVG) and their CSV tables from a run's results folder.
+    Plot(cli::plot::PlotArgs),
+    /// Generate on every case x channel x condition and score six-class outcomes.
+    Behave(cli::behave::BehaveArgs),
+    /// Safety Asymmetry Score (ASR_tool - ASR_chat) from outcome files, with paired bootstrap CIs.
+    Sas(cli::sas::SasArgs),
+    /// Final-action risk scoring under untrusted tool feedback: episodes, scorers, GuardedJoint.
+    Guard(cli::guard::GuardArgs),
 }
 
 fn main() {
@@ -45,6 +56,11 @@ fn main() {
         Command::Activations(cmd) => cli::activations::run(cmd),
         Command::Probe(args) => cli::probe::run(args),
         Command::Patch(args) => cli::patch::run(args),
+        Command::Sweep(args) => cli::sweep::run(args),
+        Command::Plot(args) => cli::plot::run(args),
+        Command::Behave(args) => cli::behave::run(args),
+        Command::Sas(args) => cli::sas::run(args),
+        Command::Guard(args) => cli::guard::run(args),
     };
     if let Err(err) = result {
         // One line: the chain of contexts joined, no backtrace.
