@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Check a trustlens activation file with h5py (used by tests/capture_e2e.rs).
 
-usage: check_h5.py FILE --rows N --layers 2,4 --positions last,payload_last --d-model 576 [--complete]
+usage: check_h5.py FILE --rows N --layers 2,4 --positions last,payload_last --d-model 576 [--complete] [--dtype f16]
 Prints one JSON line with what it read; exits 1 with a message on the first mismatch.
 """
 import argparse
@@ -35,6 +35,7 @@ def main():
     ap.add_argument("--positions", required=True)
     ap.add_argument("--d-model", type=int, required=True)
     ap.add_argument("--complete", action="store_true")
+    ap.add_argument("--dtype", default="f32", choices=["f32", "f16"])
     a = ap.parse_args()
     layers = [int(x) for x in a.layers.split(",")]
     positions = a.positions.split(",")
@@ -54,6 +55,8 @@ def main():
             fail("model_sha256 is not a SHA-256")
         if "[capture]" not in s(f.attrs["experiment_config"]):
             fail("experiment_config is not the TOML config")
+        if s(f.attrs["store_dtype"]) != a.dtype:
+            fail(f"store_dtype {s(f.attrs['store_dtype'])} != {a.dtype}")
         if a.complete and s(f.attrs["complete"]) != "true":
             fail("file is not complete")
         for k in META + [f"pos_{p}" for p in positions]:
@@ -80,7 +83,7 @@ def main():
                 d = f[name]
                 if d.shape != (a.rows, a.d_model):
                     fail(f"{name} shape {d.shape} != ({a.rows}, {a.d_model})")
-                if d.dtype != np.float32:
+                if d.dtype != (np.float16 if a.dtype == "f16" else np.float32):
                     fail(f"{name} dtype {d.dtype}")
                 x = d[:]
                 if not np.all(np.isfinite(x)):

@@ -17,7 +17,7 @@
 //! hook = "hook_resid_post"                  # hook_resid_pre | hook_attn_out | hook_resid_mid | hook_mlp_out | hook_resid_post
 //! positions = ["last"]                      # last | payload_last | user_end
 //! batch_size = 8
-//! store = "f32"                             # f32 (f16 needs hdf5 f16 support, see README)
+//! store = "f32"                             # f32 | f16 (stored dtype; compute stays as [model] dtype)
 //! run = "channel-trust"                     # activations/<run>/activations.h5
 //! out_dir = "activations"
 //! ```
@@ -316,14 +316,7 @@ impl Experiment {
             return Err("capture.batch_size must be at least 1".into());
         }
         match c.store.as_str() {
-            "f32" => {}
-            "f16" => {
-                return Err(
-                    "capture.store = \"f16\" needs HDF5 half-float support, which this build does not enable (the \
-                     `f16` feature of hdf5-metno); use \"f32\""
-                        .into(),
-                )
-            }
+            "f32" | "f16" => {}
             other => return Err(format!("capture.store: `{other}` is not f32 or f16")),
         }
         if let Some(run) = &c.run {

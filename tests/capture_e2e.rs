@@ -270,6 +270,50 @@ fn shards_merge_into_the_full_run() {
     assert!(!o.status.success() && t.contains("differ in layers"), "{t}");
 }
 
+/// `store = "f16"`: h5py sees float16 datasets; the reader widens them to f32, equal to the f32 run rounded to f16.
+#[test]
+fn f16_store_is_the_f32_run_rounded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cases = small_cases(tmp.path(), 1);
+    let exp32 = experiment(tmp.path(), &cases, "[\"chat\"]", "[3]", "[\"last\"]", "");
+    let o = run(&["capture", exp32.to_str().unwrap(), "--threads", "1", "--quiet"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let x32 = ActivationFile::open(&h5(tmp.path())).unwrap().read(3, "last").unwrap();
+
+    let dir16 = tmp.path().join("f16");
+    std::fs::create_dir_all(&dir16).unwrap();
+    let exp16 = experiment(&dir16, &cases, "[\"chat\"]", "[3]", "[\"last\"]", "store = \"f16\"\n");
+    let o = run(&["capture", exp16.to_str().unwrap(), "--threads", "1", "--quiet"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let file = h5(&dir16);
+    let o = Command::new(root().join(".venv/bin/python"))
+        .args([
+            root().join("scripts/check_h5.py").to_str().unwrap(),
+            file.to_str().unwrap(),
+            "--rows",
+            "6",
+            "--layers",
+            "3",
+            "--positions",
+            "last",
+            "--d-model",
+            "576",
+            "--complete",
+            "--dtype",
+            "f16",
+        ])
+        .output()
+        .expect("venv python runs");
+    assert!(o.status.success(), "h5py check failed: {}", text(&o));
+    let f = ActivationFile::open(&file).unwrap();
+    assert_eq!(f.attrs.store_dtype, "f16");
+    let x16 = f.read(3, "last").unwrap();
+    assert_eq!(x16.dim(), x32.dim());
+    for (a, b) in x32.iter().zip(x16.iter()) {
+        assert_eq!(half::f16::from_f32(*a).to_f32(), *b, "stored f16 is the f32 value rounded to nearest");
+    }
+}
+
 #[test]
 fn bad_input_gives_one_line_errors() {
     let tmp = tempfile::tempdir().unwrap();

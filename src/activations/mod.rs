@@ -1,7 +1,7 @@
 //! Activation files: the HDF5 layout written by `trustlens capture`, its reader, shard merging and summaries.
 //!
 //! # Layout (`activations/<run>/activations.h5`, format version 1)
-//! - `acts/{layer}/{position}`: `[n_rows, d_model]` f32, the hook's value at that token (layer = block index,
+//! - `acts/{layer}/{position}`: `[n_rows, d_model]` f32 (f16 when `store_dtype` is `f16`), the hook's value at that token (layer = block index,
 //!   position = `last`, `payload_last` or `user_end`);
 //! - `meta/prompt_index` `[n_rows]` u64: index of the prompt in the full (unsharded) prompt list (cases in file order
 //!   x channels x conditions, in the experiment's order); rows are sorted by it;
@@ -88,7 +88,7 @@ pub struct RunAttrs {
     pub cases_sha256: String,
     /// `native` or `hermes` (or `none` without tool channels).
     pub tool_rendering: String,
-    /// Stored dtype (`f32`).
+    /// Stored dtype (`f32` or `f16`; readers always get f32).
     pub store_dtype: String,
     /// `K/N` for a shard, `all` for a whole run or a merged file.
     pub shard: String,
@@ -238,10 +238,22 @@ fn write_h5(path: &Path, c: &Contents) -> Result<(), ActivationsError> {
                     message: format!("internal: layer {l} {p}: {:?} rows, expected ({n}, {d})", arr.dim()),
                 });
             }
-            if n == 0 {
-                g.new_dataset::<f32>().shape([0, d]).create(p.as_str()).map_err(&e)?;
-            } else {
-                g.new_dataset_builder().with_data(arr).create(p.as_str()).map_err(&e)?;
+            // Activations are computed and kept in f32; `store_dtype = "f16"` narrows them only on disk (round to
+            // nearest even). f16 -> f32 -> f16 is lossless, so a resumed run still writes identical bytes.
+            match (a.store_dtype.as_str(), n) {
+                ("f16", 0) => {
+                    g.new_dataset::<half::f16>().shape([0, d]).create(p.as_str()).map_err(&e)?;
+                }
+                ("f16", _) => {
+                    let narrow = arr.mapv(half::f16::from_f32);
+                    g.new_dataset_builder().with_data(&narrow).create(p.as_str()).map_err(&e)?;
+                }
+                (_, 0) => {
+                    g.new_dataset::<f32>().shape([0, d]).create(p.as_str()).map_err(&e)?;
+                }
+                _ => {
+                    g.new_dataset_builder().with_data(arr).create(p.as_str()).map_err(&e)?;
+                }
             }
         }
     }
@@ -384,6 +396,7 @@ impl ActivationFile {
         let e = h5err(&self.path);
         let f = hdf5::File::open(&self.path).map_err(&e)?;
         let ds = f.dataset(&format!("acts/{layer}/{position}")).map_err(&e)?;
+        // HDF5 widens stored f16 to f32 on read (exactly).
         let arr = ds.read_2d::<f32>().map_err(&e)?;
         if arr.dim() != (self.rows.len(), self.attrs.d_model) {
             return Err(ActivationsError::Format {
