@@ -5,6 +5,8 @@
 //! path = "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 //! dtype = "f32"            # f32 | f16 | bf16 (compute dtype)
 //! device = "auto"          # cpu | cuda | cuda:N | auto
+//! # devices = ["cuda:0", "cuda:1", "cpu"]  # optional: split the blocks over these by memory (overrides `device`)
+//! # device_memory = "cuda:0=70GiB"         # optional: weight budgets instead of the measured free memory
 //!
 //! [cases]
 //! file = "experiments/cases/channel-trust.jsonl"
@@ -64,6 +66,26 @@ pub struct ModelSection {
     /// `cpu`, `cuda`, `cuda:N` or `auto`.
     #[serde(default = "default_device")]
     pub device: String,
+    /// Split the decoder blocks over these devices in order, by memory (`cuda:0`, `cuda:1`, `cpu`, `auto`); when set,
+    /// `device` is not used. See `trustlens::model::placement`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub devices: Option<Vec<String>>,
+    /// Weight budgets per device for `devices` (`cuda:0=70GiB,cpu=200GB`) instead of the measured free memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device_memory: Option<String>,
+}
+
+impl ModelSection {
+    /// Where the model goes: the `devices` list if set, else `device`.
+    pub fn device_choice(&self) -> crate::model::DeviceChoice {
+        match &self.devices {
+            Some(list) => crate::model::DeviceChoice::Split {
+                devices: list.join(","),
+                memory: self.device_memory.clone(),
+            },
+            None => crate::model::DeviceChoice::Single(self.device.clone()),
+        }
+    }
 }
 
 /// `[cases]`
@@ -260,6 +282,24 @@ impl Experiment {
     /// Value checks that need no model (also run after command-line overrides).
     pub fn check(&self) -> Result<(), String> {
         self.model.dtype.parse::<crate::model::DType>()?;
+        if let Some(list) = &self.model.devices {
+            if list.is_empty() {
+                return Err("model.devices: the list is empty (leave the key out to use model.device)".into());
+            }
+            for d in list {
+                if !d.eq_ignore_ascii_case("auto") && crate::model::placement::parse_device_name(d).is_none() {
+                    return Err(format!("model.devices: unknown device `{d}` (cpu, cuda, cuda:N, auto)"));
+                }
+            }
+        }
+        if let Some(m) = &self.model.device_memory {
+            crate::model::placement::parse_memory(m).map_err(|e| {
+                format!("model.device_memory: {}", e.to_string().trim_start_matches("--device-memory: "))
+            })?;
+            if self.model.devices.is_none() {
+                return Err("model.device_memory is only used with model.devices".into());
+            }
+        }
         for c in &self.cases.channels {
             if crate::cases::Channel::parse(c).is_none() {
                 return Err(format!(

@@ -28,7 +28,7 @@ use crate::cases::io::load_cases_lenient;
 use crate::cases::render::{render_case, Channel, Condition, RenderOptions, ToolRendering};
 use crate::cases::validate::{validate_set, RenderCheck};
 use crate::experiment::{Experiment, ExperimentError};
-use crate::model::{self, Batch, DType, HookPoint, HookSpec, Llama, ModelError, ModelSource, Positions};
+use crate::model::{Batch, DType, HookPoint, HookSpec, Llama, ModelError, ModelSource, Positions};
 use crate::prompt::PromptAssets;
 
 /// Everything that can stop a capture. One line each.
@@ -371,13 +371,10 @@ pub fn run(req: &CaptureRequest) -> Result<CaptureReport, CaptureError> {
     });
     let config_sha = hex::encode(Sha256::digest(config_json.to_string().as_bytes()));
     let shard_str = req.shard.map(|(k, n)| format!("{k}/{n}")).unwrap_or_else(|| "all".into());
-    let device = model::parse_device(&exp.model.device)?;
-    let device_name = match device {
-        Device::Cpu => "cpu".to_string(),
-        Device::Cuda(i) => format!("cuda:{i}"),
-        other => format!("{other:?}"),
-    };
-    let device_kind = if device == Device::Cpu { "cpu" } else { "cuda" };
+    // One device (`device`), or the blocks split over `devices` by memory.
+    let placement = exp.model.device_choice().plan(&cfg, dtype)?;
+    let device_name = placement.short();
+    let device_kind = if placement.uses_cuda() { "cuda" } else { "cpu" };
     let run_fp = format!("{config_sha}:{shard_str}:batch{}:{device_kind}", exp.capture.batch_size);
 
     let attrs = RunAttrs {
@@ -535,7 +532,7 @@ pub fn run(req: &CaptureRequest) -> Result<CaptureReport, CaptureError> {
     if let Some(t) = req.threads.filter(|&t| t > 0) {
         tch::set_num_threads(t);
     }
-    let llama = Llama::load(cfg, &store, dtype.kind(), device)?;
+    let llama = Llama::load_placed(cfg, &store, dtype.kind(), &placement.block_devices, placement.head_device)?;
     drop(store);
     report.weight_bytes = (llama.n_params() * dtype_bytes(dtype)) as u64;
 

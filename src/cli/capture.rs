@@ -28,9 +28,18 @@ pub struct CaptureArgs {
     /// Override [model] dtype (f32, f16, bf16).
     #[arg(long)]
     pub dtype: Option<String>,
-    /// Override [model] device (cpu, cuda, cuda:N, auto).
-    #[arg(long)]
+    /// Override [model] device (cpu, cuda, cuda:N, auto). Clears any [model] devices list.
+    #[arg(long, conflicts_with = "devices")]
     pub device: Option<String>,
+    /// Split the model's blocks over several devices by memory, in order: embedding on the first, final norm and
+    /// unembedding on the last; `cpu` last takes the blocks that do not fit on the GPUs. `auto` = every visible GPU.
+    /// Overrides [model] devices / device. Example: --devices cuda:0,cuda:1   or   --devices auto,cpu
+    #[arg(long, value_name = "LIST")]
+    pub devices: Option<String>,
+    /// Weight budget per device for --devices instead of the measured free memory (90% of free GPU memory minus
+    /// 1 GiB; 90% of available RAM). Example: --device-memory cuda:0=70GiB,cuda:1=70GiB,cpu=200GB
+    #[arg(long, value_name = "DEV=SIZE,...")]
+    pub device_memory: Option<String>,
     /// Override [cases] file.
     #[arg(long)]
     pub cases: Option<PathBuf>,
@@ -83,6 +92,14 @@ fn apply_overrides(exp: &mut Experiment, a: &CaptureArgs) -> Result<()> {
     }
     if let Some(v) = &a.device {
         exp.model.device = v.clone();
+        exp.model.devices = None;
+        exp.model.device_memory = None;
+    }
+    if let Some(v) = &a.devices {
+        exp.model.devices = Some(v.split(',').map(|s| s.trim().to_string()).collect());
+    }
+    if let Some(v) = &a.device_memory {
+        exp.model.device_memory = Some(v.clone());
     }
     if let Some(v) = &a.cases {
         exp.cases.file = v.clone();

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use trustlens::capture;
 use trustlens::experiment::{Experiment, LayerSpec};
-use trustlens::model::{self, DType, LoadOptions};
+use trustlens::model::{self, DType};
 use trustlens::patch::{self, Pair, PatchOptions, Readout};
 use trustlens::prompt::PromptAssets;
 
@@ -53,9 +53,16 @@ pub struct PatchArgs {
     /// Output folder (default figures/<run>).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Override [model] device.
-    #[arg(long)]
+    /// Override [model] device (cpu, cuda, cuda:N, auto). Clears any [model] devices list.
+    #[arg(long, conflicts_with = "devices")]
     pub device: Option<String>,
+    /// Split the model's blocks over several devices by memory, in order (as `trustlens capture --devices`).
+    /// Example: --devices cuda:0,cuda:1,cpu
+    #[arg(long, value_name = "LIST")]
+    pub devices: Option<String>,
+    /// Weight budget per device for --devices. Example: --device-memory cuda:0=70GiB,cpu=200GB
+    #[arg(long, value_name = "DEV=SIZE,...")]
+    pub device_memory: Option<String>,
     /// Intra-op threads (0 = libtorch's default).
     #[arg(long, default_value_t = 0)]
     pub threads: i32,
@@ -71,15 +78,30 @@ pub fn run(a: PatchArgs) -> Result<()> {
     let mut exp = Experiment::load(&a.experiment)?;
     if let Some(d) = &a.device {
         exp.model.device = d.clone();
+        exp.model.devices = None;
+        exp.model.device_memory = None;
     }
+    if let Some(v) = &a.devices {
+        exp.model.devices = Some(v.split(',').map(|s| s.trim().to_string()).collect());
+    }
+    if let Some(v) = &a.device_memory {
+        exp.model.device_memory = Some(v.clone());
+    }
+    exp.check().map_err(anyhow::Error::msg).with_context(|| format!("{}", a.experiment.display()))?;
     // Pairs need both conditions.
     exp.cases.conditions = vec!["adversarial".into(), "benign".into()];
     let readout = Readout::parse(&a.readout).map_err(anyhow::Error::msg)?;
     let dtype: DType = exp.model.dtype.parse().map_err(anyhow::Error::msg)?;
-    let device = model::parse_device(&exp.model.device)?;
     let assets = PromptAssets::load(&exp.model.path)?;
     let plan = capture::prepare(&exp, &assets, None)?;
-    let m = model::load(&exp.model.path, LoadOptions { dtype, device })?;
+    let (cfg, store) = model::ModelSource::resolve(&exp.model.path)?.open()?;
+    let placement = exp.model.device_choice().plan(&cfg, dtype)?;
+    if placement.slots.len() > 1 && !a.quiet {
+        eprintln!("placement:\n{placement}");
+    }
+    let m = model::Llama::load_placed(cfg, &store, dtype.kind(), &placement.block_devices, placement.head_device)?;
+    drop(store);
+    let device = placement.short();
     let n = m.n_layers();
     let spec = match &a.layers {
         Some(s) => LayerSpec::parse_arg(s)?,
@@ -172,7 +194,7 @@ pub fn run(a: PatchArgs) -> Result<()> {
     let json_path = out.join("patching.json");
     let doc = serde_json::json!({
         "config": {
-            "experiment": a.experiment, "model": exp.model.path, "dtype": dtype.name(), "device": format!("{device:?}"),
+            "experiment": a.experiment, "model": exp.model.path, "dtype": dtype.name(), "device": device,
             "readout": readout, "layer_sets": layer_sets, "full_recompute": a.full_recompute,
             "random_control": a.random_control, "n_boot": a.n_boot, "seed": a.seed, "pairs": pairs.len(),
             "tool_rendering": plan.tool_rendering, "cases_sha256": plan.cases_sha256,

@@ -164,7 +164,7 @@ impl Llama {
     }
 
     /// Build the model with block `i` on `block_devices[i]`; embeddings live on the first block's device and the
-    /// final norm and unembedding on `head_device`.
+    /// final norm and unembedding on `head_device`. [`super::placement::plan`] makes such a list from memory budgets.
     pub fn load_placed(
         config: ModelConfig,
         store: &WeightStore,
@@ -173,21 +173,73 @@ impl Llama {
         head_device: Device,
     ) -> Result<Self, ModelError> {
         store.check_supported()?;
+        let inv_freq = rope_inv_freq(&config, Some(store))?;
+        let has_lm_head = store.contains("lm_head.weight");
+        let fetch = |name: &str, shape: &[usize], dev: Device| -> Result<Tensor, ModelError> {
+            let t = store
+                .load(name, shape, kind)?
+                .ok_or_else(|| ModelError::MissingTensor { path: store.path_of(name), name: name.to_string() })?;
+            Ok(t.to_device(dev))
+        };
+        Self::build(config, kind, block_devices, head_device, inv_freq, has_lm_head, fetch)
+    }
+
+    /// A model of `config`'s shapes with random weights (no weight file), for speed and memory measurements: matrices
+    /// and biases drawn from N(0, 0.02^2) (transformers' `initializer_range`), norm weights 1. Tensors are drawn on
+    /// their own device, so an 8B model is built on a GPU in seconds. Deterministic for a seed on a given device.
+    pub fn random_placed(
+        config: ModelConfig,
+        kind: Kind,
+        block_devices: &[Device],
+        head_device: Device,
+        seed: i64,
+    ) -> Result<Self, ModelError> {
+        config.architecture().map_err(ModelError::Input)?;
+        tch::manual_seed(seed);
+        let inv_freq = rope_inv_freq(&config, None)?;
+        let has_lm_head = !config.tie_word_embeddings;
+        let fetch = |name: &str, shape: &[usize], dev: Device| -> Result<Tensor, ModelError> {
+            let shape: Vec<i64> = shape.iter().map(|&x| x as i64).collect();
+            let _guard = tch::no_grad_guard();
+            Ok(if name.ends_with("norm.weight") {
+                Tensor::ones(shape.as_slice(), (kind, dev))
+            } else {
+                (Tensor::randn(shape.as_slice(), (Kind::Float, dev)) * 0.02).to_kind(kind)
+            })
+        };
+        Self::build(config, kind, block_devices, head_device, inv_freq, has_lm_head, fetch)
+    }
+
+    /// Assemble the model from `fetch(hf_name, shape, device)`, fusing q/k/v and gate/up per block.
+    fn build(
+        config: ModelConfig,
+        kind: Kind,
+        block_devices: &[Device],
+        head_device: Device,
+        inv_freq: Tensor,
+        has_lm_head: bool,
+        mut fetch: impl FnMut(&str, &[usize], Device) -> Result<Tensor, ModelError>,
+    ) -> Result<Self, ModelError> {
+        if block_devices.len() != config.num_hidden_layers {
+            return Err(ModelError::Input(format!(
+                "{} block devices for a model of {} blocks",
+                block_devices.len(),
+                config.num_hidden_layers
+            )));
+        }
         let d = config.hidden_size;
         let (h, kv, hd, ffn) =
             (config.num_attention_heads, config.n_kv_heads(), config.head_dim(), config.intermediate_size);
         let first = *block_devices.first().unwrap_or(&head_device);
         let mut n_params = 0usize;
         let mut get = |name: &str, shape: &[usize], dev: Device| -> Result<Tensor, ModelError> {
-            let t = store
-                .load(name, shape, kind)?
-                .ok_or_else(|| ModelError::MissingTensor { path: store.path_of(name), name: name.to_string() })?;
+            let t = fetch(name, shape, dev)?;
             n_params += t.numel();
-            Ok(t.to_device(dev))
+            Ok(t)
         };
         let embed = get("model.embed_tokens.weight", &[config.vocab_size, d], first)?;
         let mut blocks = Vec::with_capacity(config.num_hidden_layers);
-        for (i, &dev) in block_devices.iter().enumerate().take(config.num_hidden_layers) {
+        for (i, &dev) in block_devices.iter().enumerate() {
             let p = format!("model.layers.{i}");
             let q = get(&format!("{p}.self_attn.q_proj.weight"), &[h * hd, d], dev)?;
             let k = get(&format!("{p}.self_attn.k_proj.weight"), &[kv * hd, d], dev)?;
@@ -215,21 +267,25 @@ impl Llama {
             blocks.push(Block { wqkv, bqkv, wo, bo, w_gate_up, w_down, ln_attn, ln_mlp, device: dev });
         }
         let norm = get("model.norm.weight", &[d], head_device)?;
-        let lm_head = if config.tie_word_embeddings || !store.contains("lm_head.weight") {
+        let lm_head = if config.tie_word_embeddings || !has_lm_head {
             if !config.tie_word_embeddings {
-                return Err(ModelError::MissingTensor {
-                    path: store.path_of("lm_head.weight"),
-                    name: "lm_head.weight".into(),
-                });
+                // Let the fetcher name the missing tensor and its file.
+                let _ = get("lm_head.weight", &[config.vocab_size, d], head_device)?;
             }
+            // Shares storage with the embedding on the same device; a copy on another.
             embed.to_device(head_device)
         } else {
             get("lm_head.weight", &[config.vocab_size, d], head_device)?
         };
-        let inv_freq = rope_inv_freq(&config, store)?.to_device(first);
+        let inv_freq = inv_freq.to_device(first);
         let attn_impl = if first.is_cuda() { AttnImpl::Sdpa } else { AttnImpl::Eager };
         release_free_memory();
         Ok(Llama { config, kind, attn_impl, embed, blocks, norm, lm_head, inv_freq, n_params })
+    }
+
+    /// The device of the final norm and unembedding.
+    pub fn head_device(&self) -> Device {
+        self.norm.device()
     }
 
     /// Unique parameters (tied embeddings counted once).
@@ -391,9 +447,15 @@ impl Llama {
         }
         let mut mask_dev = attn_mask;
         for (l, blk) in self.blocks.iter().enumerate().take(depth).skip(blocks.start) {
+            // Block boundary between devices: the residual stream, the mask and the rotary tables follow the block
+            // (each checked on its own: a resumed pass starts with `h` already on the block's device).
             if h.device() != blk.device {
                 h = h.to_device(blk.device);
+            }
+            if mask_dev.device() != blk.device {
                 mask_dev = mask_dev.to_device(blk.device);
+            }
+            if cos.device() != blk.device {
                 cos = cos.to_device(blk.device);
                 sin = sin.to_device(blk.device);
             }
@@ -772,7 +834,7 @@ fn apply_rope(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
 
 /// Rotary inverse frequencies `[head_dim / 2]` (f32), with `linear` or `llama3` scaling, or a GGUF `rope_freqs`
 /// factor tensor, computed the way HF does.
-fn rope_inv_freq(cfg: &ModelConfig, store: &WeightStore) -> Result<Tensor, ModelError> {
+fn rope_inv_freq(cfg: &ModelConfig, store: Option<&WeightStore>) -> Result<Tensor, ModelError> {
     let dim = cfg.head_dim() as i64;
     let exps = Tensor::arange_start_step(0, dim, 2, (Kind::Int64, Device::Cpu)).to_kind(Kind::Float) / dim as f64;
     let base = Tensor::from(cfg.rope_theta as f32);
@@ -797,7 +859,7 @@ fn rope_inv_freq(cfg: &ModelConfig, store: &WeightStore) -> Result<Tensor, Model
             _ => {}
         }
     }
-    if let WeightStore::Gguf { file, .. } = store {
+    if let Some(WeightStore::Gguf { file, .. }) = store {
         if file.tensor_info("rope_freqs.weight").is_some() {
             let f = file.dequantize("rope_freqs.weight").map_err(ModelError::Gguf)?;
             inv /= Tensor::from_slice(&f);

@@ -5,6 +5,7 @@
 //! - [`gguf`]: the GGUF reader and dequantisers
 //! - [`hooks`]: [`HookPoint`], [`HookSpec`] in, [`ActivationCache`] out
 //! - [`llama`]: the forward pass, batching and greedy decoding
+//! - [`placement`]: splitting the blocks over several devices by memory (`--devices cuda:0,cuda:1,cpu`)
 //!
 //! [`load`] resolves a path (a model directory, a `.safetensors` file, or a `.gguf` file) and builds a [`Llama`].
 pub mod config;
@@ -12,11 +13,13 @@ pub mod cuda;
 pub mod gguf;
 pub mod hooks;
 pub mod llama;
+pub mod placement;
 pub mod weights;
 
 pub use config::{Architecture, ModelConfig};
 pub use hooks::{ActivationCache, Capture, HookPoint, HookSpec, Intervention, InterventionMode, Positions};
 pub use llama::{AttnImpl, Batch, ForwardOutput, KvCache, Llama, PrefixCache};
+pub use placement::{Placement, PlacementError};
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -47,6 +50,8 @@ pub enum ModelError {
     Gguf(#[from] gguf::GgufError),
     #[error("{0}")]
     Device(String),
+    #[error(transparent)]
+    Placement(#[from] placement::PlacementError),
     #[error("{0}")]
     Input(String),
 }
@@ -228,6 +233,41 @@ impl Default for LoadOptions {
 pub fn load(path: &Path, opts: LoadOptions) -> Result<Llama, ModelError> {
     let (cfg, store) = ModelSource::resolve(path)?.open()?;
     Llama::load(cfg, &store, opts.dtype.kind(), opts.device)
+}
+
+/// Load a model split over a device list by memory (see [`placement`]): `devices` is `--devices`
+/// (`cuda:0,cuda:1,cpu`, `auto`), `memory` the optional `--device-memory` (`cuda:0=70GiB,...`). Returns the model
+/// and where its parts went.
+pub fn load_placed(
+    path: &Path,
+    dtype: DType,
+    devices: &str,
+    memory: Option<&str>,
+) -> Result<(Llama, Placement), ModelError> {
+    let (cfg, store) = ModelSource::resolve(path)?.open()?;
+    let plan = placement::plan_for(&cfg, dtype.kind(), devices, memory)?;
+    let m = Llama::load_placed(cfg, &store, dtype.kind(), &plan.block_devices, plan.head_device)?;
+    Ok((m, plan))
+}
+
+/// Where a run's model goes: a device list when `devices` is given (placement by memory), else the single
+/// `device` (no memory check).
+#[derive(Debug, Clone, PartialEq)]
+pub enum DeviceChoice {
+    Single(String),
+    Split { devices: String, memory: Option<String> },
+}
+
+impl DeviceChoice {
+    /// Plan for `cfg`: a [`Placement`] with every part's device.
+    pub fn plan(&self, cfg: &ModelConfig, dtype: DType) -> Result<Placement, ModelError> {
+        match self {
+            DeviceChoice::Single(d) => Ok(Placement::single(parse_device(d)?, cfg.num_hidden_layers)),
+            DeviceChoice::Split { devices, memory } => {
+                Ok(placement::plan_for(cfg, dtype.kind(), devices, memory.as_deref())?)
+            }
+        }
+    }
 }
 
 /// A summary of a checkpoint without loading its weights (`trustlens model inspect`).

@@ -157,12 +157,17 @@ pub fn run(
         let partner: Vec<i64> = (0..2 * k).map(|i| if i < k { (i + k) as i64 } else { (i - k) as i64 }).collect();
         let partner_t = Tensor::from_slice(&partner).to_device(r_clean.device());
         let r_source = r_clean.index_select(0, &partner_t);
+        // The partner's resid_post at block l (on block l's device when the model is split over devices).
+        let partner_resid = |l: usize| {
+            let r = resid(l);
+            r.index_select(0, &partner_t.to_device(r.device()))
+        };
         let cos_clean = row_cos(&r_clean, &r_source);
         let last_targets: Vec<(usize, i64)> = lens.iter().enumerate().map(|(b, &len)| (b, len as i64 - 1)).collect();
         let patched_readout = |set: &[usize], first: &Tensor| -> Result<Tensor, ModelError> {
             let mut ivs = Vec::new();
             for (j, &l) in set.iter().enumerate() {
-                let values = if j == 0 { first.shallow_clone() } else { resid(l).index_select(0, &partner_t) };
+                let values = if j == 0 { first.shallow_clone() } else { partner_resid(l) };
                 ivs.push(Intervention {
                     hook: HookPoint::ResidPost(l),
                     targets: last_targets.clone(),
@@ -190,7 +195,7 @@ pub fn run(
             Ok(o.take(readout).expect("readout captured"))
         };
         for set in &opts.layer_sets {
-            let src_first = resid(set[0]).index_select(0, &partner_t);
+            let src_first = partner_resid(set[0]);
             let r_p = patched_readout(set, &src_first)?;
             let cos_p = row_cos(&r_p, &r_source);
             let random = if opts.random_control && set.len() == 1 {
