@@ -90,11 +90,38 @@ pub fn run(a: PatchArgs) -> Result<()> {
     exp.check().map_err(anyhow::Error::msg).with_context(|| format!("{}", a.experiment.display()))?;
     // Pairs need both conditions.
     exp.cases.conditions = vec!["adversarial".into(), "benign".into()];
-    let readout = Readout::parse(&a.readout).map_err(anyhow::Error::msg)?;
+    let readout = Readout::parse(&a.readout).map_err(|e| anyhow::anyhow!("--readout: {e}"))?;
     let dtype: DType = exp.model.dtype.parse().map_err(anyhow::Error::msg)?;
+    // Every flag and the model's depth (from its config; no weights read) are checked before any heavy work.
+    let spec = match &a.layers {
+        Some(s) => LayerSpec::parse_arg(s).with_context(|| format!("--layers `{s}`"))?,
+        None => exp.capture.layers.clone(),
+    };
+    let mut extra_sets = Vec::new();
+    for s in &a.sets {
+        extra_sets.push((s, patch::parse_layer_set(s).map_err(|e| anyhow::anyhow!("--sets: {e}"))?));
+    }
+    // (As text: the I/O error's own source would repeat its reason.)
+    let (cfg, store) = model::ModelSource::resolve(&exp.model.path)
+        .and_then(|src| src.open())
+        .map_err(|e| anyhow::anyhow!("model.path in {}: {e}", a.experiment.display()))?;
+    let n = cfg.num_hidden_layers;
+    let resolved = spec.resolve(n).with_context(|| match &a.layers {
+        Some(s) => format!("--layers `{s}`"),
+        None => "capture.layers".to_string(),
+    })?;
+    let mut layer_sets: Vec<Vec<usize>> = resolved.into_iter().map(|l| vec![l]).collect();
+    for (s, set) in extra_sets {
+        if let Some(l) = set.iter().find(|&&l| l >= n) {
+            anyhow::bail!(
+                "--sets `{s}`: layer {l} is past the model's depth ({n} layers: 0..={})",
+                n.saturating_sub(1)
+            );
+        }
+        layer_sets.push(set);
+    }
     let assets = PromptAssets::load(&exp.model.path)?;
     let plan = capture::prepare(&exp, &assets, None)?;
-    let (cfg, store) = model::ModelSource::resolve(&exp.model.path)?.open()?;
     let placement = exp.model.device_choice().plan(&cfg, dtype)?;
     if placement.slots.len() > 1 && !a.quiet {
         eprintln!("placement:\n{placement}");
@@ -102,17 +129,6 @@ pub fn run(a: PatchArgs) -> Result<()> {
     let m = model::Llama::load_placed(cfg, &store, dtype.kind(), &placement.block_devices, placement.head_device)?;
     drop(store);
     let device = placement.short();
-    let n = m.n_layers();
-    let spec = match &a.layers {
-        Some(s) => LayerSpec::parse_arg(s)?,
-        None => exp.capture.layers.clone(),
-    };
-    let mut layer_sets: Vec<Vec<usize>> = spec.resolve(n)?.into_iter().map(|l| vec![l]).collect();
-    for s in &a.sets {
-        let set = patch::parse_layer_set(s).map_err(anyhow::Error::msg)?;
-        anyhow::ensure!(set.iter().all(|&l| l < n), "layer set `{s}` is past the model's {n} layers");
-        layer_sets.push(set);
-    }
     // Pair the adversarial and benign prompt of each case x channel.
     let mut by_key: BTreeMap<(String, String), [Option<usize>; 2]> = BTreeMap::new();
     for (i, p) in plan.prompts.iter().enumerate() {

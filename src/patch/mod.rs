@@ -262,7 +262,7 @@ pub fn summarize(results: &[PairResult], n_boot: usize, level: f64, seed: u64) -
             v.iter().sum::<f64>() / v.len() as f64
         }
     };
-    groups
+    let mut rows: Vec<SummaryRow> = groups
         .into_iter()
         .map(|((layers, direction, channel, family), rows)| {
             let ids: Vec<String> = rows.iter().map(|r| r.case_id.clone()).collect();
@@ -281,25 +281,41 @@ pub fn summarize(results: &[PairResult], n_boot: usize, level: f64, seed: u64) -
                 family,
             }
         })
-        .collect()
+        .collect();
+    // Numeric layer order (the map's is lexicographic: `12` < `12+20` < `6`); stable, so direction, channel and
+    // family keep their order within a layer set.
+    rows.sort_by_cached_key(|r| set_order(&r.layers));
+    rows
+}
+
+/// Sort key of a layer-set name: single layers by index, then multi-layer sets by first layer, then size.
+pub fn set_order(name: &str) -> (bool, usize, usize, Vec<usize>) {
+    match parse_layer_set(name) {
+        Ok(v) if !v.is_empty() => (v.len() > 1, v[0], v.len(), v),
+        _ => (true, usize::MAX, usize::MAX, Vec::new()),
+    }
 }
 
 /// Parse layer sets: `12`, `12+20`, `12..29`, several separated by `;` or given as separate strings; `frac` layers
 /// are resolved by the caller.
 pub fn parse_layer_set(s: &str) -> Result<Vec<usize>, String> {
     let s = s.trim();
+    let index = |x: &str| {
+        let x = x.trim();
+        x.parse::<usize>().map_err(|_| {
+            let what =
+                if x.is_empty() { "a layer index is missing".into() } else { format!("`{x}` is not a layer index") };
+            format!("bad layer set `{s}`: {what} (expected e.g. `12`, `12+20` or `12..29`)")
+        })
+    };
     if let Some((a, b)) = s.split_once("..") {
-        let a: usize = a.trim().parse().map_err(|_| format!("bad layer set `{s}`"))?;
-        let b: usize = b.trim().parse().map_err(|_| format!("bad layer set `{s}`"))?;
+        let (a, b) = (index(a)?, index(b)?);
         if b < a {
-            return Err(format!("bad layer set `{s}`: empty range"));
+            return Err(format!("bad layer set `{s}`: empty range ({b} comes before {a}; write `{b}..{a}`)"));
         }
         return Ok((a..=b).collect());
     }
-    let mut v: Vec<usize> = s
-        .split('+')
-        .map(|x| x.trim().parse::<usize>().map_err(|_| format!("bad layer set `{s}`")))
-        .collect::<Result<_, _>>()?;
+    let mut v: Vec<usize> = s.split('+').map(index).collect::<Result<_, _>>()?;
     v.sort_unstable();
     v.dedup();
     Ok(v)
@@ -319,5 +335,35 @@ mod tests {
         assert_eq!(set_name(&[3, 4, 5, 6]), "3..6");
         assert_eq!(set_name(&[12, 20]), "12+20");
         assert_eq!(set_name(&[7]), "7");
+        for bad in ["12+", "abc", "5..2", "..3", "1.5"] {
+            let e = parse_layer_set(bad).unwrap_err();
+            assert!(e.contains(&format!("`{bad}`")), "{e}");
+        }
+        assert!(parse_layer_set("5..2").unwrap_err().contains("empty range"));
+    }
+
+    #[test]
+    fn layer_sets_sort_numerically() {
+        let mut names = ["12+20", "6", "18..29", "12", "18", "6+12+18+24", "0..29", "2"];
+        names.sort_by_key(|n| set_order(n));
+        assert_eq!(names, ["2", "6", "12", "18", "0..29", "6+12+18+24", "12+20", "18..29"]);
+
+        let pr = |layers: &str, case: &str| PairResult {
+            case_id: case.into(),
+            family: "TP".into(),
+            subtype: None,
+            channel: "chat".into(),
+            layers: layers.into(),
+            direction: "forward",
+            shift: 0.1,
+            recovery: 0.5,
+            cos_clean: 0.9,
+            random_shift: None,
+        };
+        let results: Vec<PairResult> =
+            ["12+20", "18", "6", "12", "24..29"].iter().flat_map(|l| [pr(l, "a"), pr(l, "b")]).collect();
+        let order: Vec<String> =
+            summarize(&results, 10, 0.95, 0).into_iter().filter(|r| r.family == "all").map(|r| r.layers).collect();
+        assert_eq!(order, ["6", "12", "18", "12+20", "24..29"]);
     }
 }
