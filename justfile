@@ -46,3 +46,17 @@ bench: setup
 lint:
     cargo fmt --all -- --check
     cargo clippy --release --all-targets -- -D warnings
+
+# The prepared GPU check (README "Running on GPUs"): CUDA visible, CPU vs CUDA parity, split runs, 8B-shape bf16
+# throughput beside transformers; one JSON in $OUT (or target/gpu-check/). Needs no Rust: on the GPU machine run
+# `bash scripts/gpu_check.sh` with target/release/trustlens and target/gpu-libs from `just gpu-bundle`.
+gpu-check:
+    bash scripts/gpu_check.sh
+
+# The GPU check's dry run on the CPU with small shapes (checks the script here).
+gpu-check-dry: setup
+    GPU_CHECK_DRY_RUN=1 bash scripts/gpu_check.sh
+
+# Build the binary and collect the system libraries it links into target/gpu-libs, for the GPU machine.
+gpu-bundle: setup
+    bash scripts/gpu_check.sh --bundle
