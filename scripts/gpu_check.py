@@ -57,21 +57,30 @@ class Check:
         self.torch = torch
         lib = os.path.join(os.path.dirname(torch.__file__), "lib")
         self.env = dict(os.environ)
-        ld = [lib]
-        libs = os.path.abspath(args.libs) if args.libs else None
-        if libs and os.path.isdir(libs) and self.missing_libs():
-            # System libraries the binary needs that this machine lacks (copies from the build machine).
-            ld.append(libs)
-            self.res["notes"].append(f"using carried system libraries from {args.libs}")
-        if self.env.get("LD_LIBRARY_PATH"):
-            ld.append(self.env["LD_LIBRARY_PATH"])
-        self.env["LD_LIBRARY_PATH"] = ":".join(ld)
+        self.env["LD_LIBRARY_PATH"] = ":".join([lib] + ([self.env["LD_LIBRARY_PATH"]] if self.env.get("LD_LIBRARY_PATH") else []))
         self.env["TRUSTLENS_LIBTORCH_LIB"] = lib
         self.tmp = tempfile.mkdtemp(prefix="trustlens-gpu-check-")
+        # System libraries the binary needs that this machine lacks: link only those (and what they need in turn)
+        # from the carried copies, so the machine's own libraries are used wherever it has them.
+        libs = os.path.abspath(args.libs) if args.libs else None
+        if libs and os.path.isdir(libs) and self.missing_libs():
+            picked = os.path.join(self.tmp, "libs")
+            os.makedirs(picked)
+            self.env["LD_LIBRARY_PATH"] += ":" + picked
+            used = []
+            for _ in range(10):
+                missing = [m for m in self.missing_libs() if os.path.exists(os.path.join(libs, m))]
+                if not missing:
+                    break
+                for m in missing:
+                    if not os.path.exists(os.path.join(picked, m)):
+                        os.symlink(os.path.join(libs, m), os.path.join(picked, m))
+                        used.append(m)
+            self.res["notes"].append(f"linked carried system libraries from {args.libs}: {used}")
 
     def missing_libs(self):
         try:
-            o = subprocess.run(["ldd", self.args.bin], capture_output=True, text=True, timeout=30).stdout
+            o = subprocess.run(["ldd", self.args.bin], capture_output=True, text=True, timeout=30, env=self.env).stdout
             return [l.split()[0] for l in o.splitlines() if "not found" in l]
         except Exception:
             return []

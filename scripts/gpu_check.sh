@@ -17,7 +17,7 @@ if [ "${1:-}" = "--bundle" ]; then
     cargo build --release
     rm -rf target/gpu-libs && mkdir -p target/gpu-libs
     ldd target/release/trustlens | awk '/=> \// {print $3}' | grep -v '/torch/lib/' \
-        | grep -vE '/(libc|libm|libdl|librt|libpthread|libutil|libgcc_s|libstdc\+\+|ld-linux[^/]*)\.so' \
+        | grep -vE '/(libc|libm|libdl|librt|libpthread|libutil|libresolv|libnsl|libanl|libgcc_s|libstdc\+\+|ld-linux[^/]*)\.so' \
         | while read -r lib; do cp -L "$lib" target/gpu-libs/; done
     du -sh target/release/trustlens target/gpu-libs
     echo "carry: target/release/trustlens target/gpu-libs   run: bash scripts/gpu_check.sh"

@@ -79,10 +79,9 @@ impl ModelSection {
     /// Where the model goes: the `devices` list if set, else `device`.
     pub fn device_choice(&self) -> crate::model::DeviceChoice {
         match &self.devices {
-            Some(list) => crate::model::DeviceChoice::Split {
-                devices: list.join(","),
-                memory: self.device_memory.clone(),
-            },
+            Some(list) => {
+                crate::model::DeviceChoice::Split { devices: list.join(","), memory: self.device_memory.clone() }
+            }
             None => crate::model::DeviceChoice::Single(self.device.clone()),
         }
     }

@@ -441,11 +441,25 @@ pub fn cuda_mem_info(index: usize) -> Result<(u64, u64), PlacementError> {
         let c = std::ffi::CString::new(name).map_err(|e| fail(e.to_string()))?;
         // SAFETY: dlsym over every loaded object with a valid C string.
         let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c.as_ptr()) };
-        if p.is_null() {
-            Err(fail(format!("the CUDA runtime symbol {name} is not loaded")))
-        } else {
-            Ok(p)
+        if !p.is_null() {
+            return Ok(p);
         }
+        // Not in the global scope: ask the CUDA runtime that libtorch_cuda loaded by its soname.
+        for lib in ["libcudart.so.13", "libcudart.so.12", "libcudart.so"] {
+            let l = std::ffi::CString::new(lib).map_err(|e| fail(e.to_string()))?;
+            // SAFETY: dlopen/dlsym with valid C strings; the handle stays open (the runtime is in use anyway).
+            let p = unsafe {
+                let h = libc::dlopen(l.as_ptr(), libc::RTLD_NOW);
+                if h.is_null() {
+                    continue;
+                }
+                libc::dlsym(h, c.as_ptr())
+            };
+            if !p.is_null() {
+                return Ok(p);
+            }
+        }
+        Err(fail(format!("the CUDA runtime symbol {name} is not loaded")))
     };
     // SAFETY: the symbols are the CUDA runtime's functions with these C signatures.
     unsafe {
