@@ -265,12 +265,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), SasError> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
     let tmp = PathBuf::from(tmp);
-    let res = (|| {
-        let mut f = File::create(&tmp).map_err(io(&tmp))?;
-        f.write_all(bytes).map_err(io(&tmp))?;
-        f.sync_all().map_err(io(&tmp))?;
-        std::fs::rename(&tmp, path).map_err(io(path))
-    })();
+    let res = write_synced(&tmp, bytes).and_then(|_| std::fs::rename(&tmp, path).map_err(io(path)));
     if res.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
@@ -282,6 +277,13 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), SasError> {
         }
     }
     Ok(())
+}
+
+fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), SasError> {
+    let io = |source| SasError::Io { path: path.to_path_buf(), source };
+    let mut f = File::create(path).map_err(io)?;
+    f.write_all(bytes).map_err(io)?;
+    f.sync_all().map_err(io)
 }
 
 /// Unweighted Cohen's kappa between two scorers' labels of the same items, over the six classes:
