@@ -192,11 +192,14 @@ pub struct ScoreOutput {
     pub agreement: Vec<Agreement>,
 }
 
+/// Per row: the rules' `(outcome, judge, rationale)`, or `None` when the row is left to a judge.
+pub type RuleVerdicts = Vec<Option<(Outcome, String, String)>>;
+
 /// The rows the rules leave open, in row order. Errors name rows whose case is missing.
 pub fn pending_items<'a>(
     rows: &'a [BehaviourRow],
     cases: &'a HashMap<String, Case>,
-) -> Result<(Vec<JudgeItem<'a>>, Vec<Option<(Outcome, String, String)>>), BehaveError> {
+) -> Result<(Vec<JudgeItem<'a>>, RuleVerdicts), BehaveError> {
     let mut items = Vec::new();
     let mut decided = Vec::with_capacity(rows.len());
     for row in rows {

@@ -25,13 +25,11 @@ pub use score::{indicator_judge, rule_stage, RuleDecision};
 #[derive(Debug, thiserror::Error)]
 pub enum BehaveError {
     #[error(transparent)]
-    Capture(#[from] crate::capture::CaptureError),
+    Capture(Box<crate::capture::CaptureError>),
     #[error(transparent)]
-    Model(#[from] crate::model::ModelError),
+    Model(Box<crate::model::ModelError>),
     #[error(transparent)]
-    Experiment(#[from] crate::experiment::ExperimentError),
-    #[error(transparent)]
-    Sas(#[from] crate::sas::SasError),
+    Experiment(Box<crate::experiment::ExperimentError>),
     #[error("{path}: {source}", path = .path.display())]
     Io {
         path: PathBuf,
@@ -42,6 +40,24 @@ pub enum BehaveError {
     Line { path: PathBuf, line: usize, message: String },
     #[error("{0}")]
     Invalid(String),
+}
+
+impl From<crate::capture::CaptureError> for BehaveError {
+    fn from(e: crate::capture::CaptureError) -> Self {
+        BehaveError::Capture(Box::new(e))
+    }
+}
+
+impl From<crate::model::ModelError> for BehaveError {
+    fn from(e: crate::model::ModelError) -> Self {
+        BehaveError::Model(Box::new(e))
+    }
+}
+
+impl From<crate::experiment::ExperimentError> for BehaveError {
+    fn from(e: crate::experiment::ExperimentError) -> Self {
+        BehaveError::Experiment(Box::new(e))
+    }
 }
 
 pub(crate) fn io_err(path: &std::path::Path) -> impl Fn(std::io::Error) -> BehaveError + '_ {
