@@ -72,13 +72,35 @@ fn generate_then_eval_every_scorer_on_the_tiny_model_and_reuse_the_cache() {
     let out = dir.path().join("out");
     let cache = dir.path().join("cache");
     let args = [
-        "guard", "eval", eps.to_str().unwrap(), "--model", model.to_str().unwrap(), "--layers", "all", "--out",
-        out.to_str().unwrap(), "--cache-dir", cache.to_str().unwrap(), "--quiet", "--inner-folds", "2",
+        "guard",
+        "eval",
+        eps.to_str().unwrap(),
+        "--model",
+        model.to_str().unwrap(),
+        "--layers",
+        "all",
+        "--out",
+        out.to_str().unwrap(),
+        "--cache-dir",
+        cache.to_str().unwrap(),
+        "--quiet",
+        "--inner-folds",
+        "2",
     ];
     let o = run(&args);
     let t = text(&o);
     assert!(o.status.success(), "{t}");
-    for row in ["keyword", "param-risk", "state-risk", "scalar-logreg", "tfidf-logreg", "lm-zeroshot", "probe-L0", "probe-L1", "probe-L2"] {
+    for row in [
+        "keyword",
+        "param-risk",
+        "state-risk",
+        "scalar-logreg",
+        "tfidf-logreg",
+        "lm-zeroshot",
+        "probe-L0",
+        "probe-L1",
+        "probe-L2",
+    ] {
         assert!(t.lines().any(|l| l.starts_with(row)), "row {row} missing:\n{t}");
     }
     assert!(t.contains("AMR") && t.contains("ACNR") && t.contains("G_1.5"), "{t}");
@@ -95,7 +117,8 @@ fn generate_then_eval_every_scorer_on_the_tiny_model_and_reuse_the_cache() {
         assert_eq!(f[9] + f[10], 10.0, "{line}");
         assert_eq!(f[11] + f[12], 10.0, "{line}");
     }
-    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap();
     assert_eq!(json["results"][0]["folds"].as_array().unwrap().len(), 5);
     assert_eq!(json["results"][0]["sweep"].as_array().unwrap().len(), 5);
     assert!(out.join("sweep.csv").exists() && out.join("scores.csv").exists());
@@ -115,7 +138,8 @@ fn reference_logp(m: &trustlens::model::Llama, prompt: &[u32], label: &[u32]) ->
     let seq = [prompt, label].concat();
     let batch = Batch::left_padded(&[seq], 0).unwrap();
     let out = m.forward(&batch, &HookSpec::new().capture(HookPoint::Logits, model::Positions::All)).unwrap();
-    let lg = out.cache.get(HookPoint::Logits).unwrap().get(0).to_kind(tch::Kind::Double).log_softmax(-1, tch::Kind::Double);
+    let lg =
+        out.cache.get(HookPoint::Logits).unwrap().get(0).to_kind(tch::Kind::Double).log_softmax(-1, tch::Kind::Double);
     label.iter().enumerate().map(|(j, &t)| lg.double_value(&[(prompt.len() - 1 + j) as i64, t as i64])).sum()
 }
 
@@ -134,7 +158,9 @@ fn label_logprobs_match_a_direct_forward_pass() {
         let labels = lm::label_tokens(&assets, &r0, hi, lo).unwrap();
         let prompts = lm::prompts(&assets, &texts, &labels).unwrap();
         let cache = dir.path().join(format!("cache-{hi}"));
-        let f = lm::extract(&m, &prompts, &labels, 0, 4, &cache, &format!("key-{hi}-{lo}-000000000000000000000"), |_| {}).unwrap();
+        let f =
+            lm::extract(&m, &prompts, &labels, 0, 4, &cache, &format!("key-{hi}-{lo}-000000000000000000000"), |_| {})
+                .unwrap();
         for (i, p) in prompts.iter().enumerate() {
             let rh = reference_logp(&m, &p.ids, &labels.high_rest);
             let rl = reference_logp(&m, &p.ids, &labels.low_rest);
@@ -176,7 +202,12 @@ fn bad_input_is_one_line_with_exit_status_1() {
     let o = run(&["guard", "eval", p.to_str().unwrap(), "--scorers", "keyword"]);
     let t = text(&o);
     assert_eq!(o.status.code(), Some(1), "{t}");
-    assert!(t.contains("line 5") && t.contains(&eps[4].record_id) && t.contains("trajectory[2].tool_feedback.mismatch_score"), "{t}");
+    assert!(
+        t.contains("line 5")
+            && t.contains(&eps[4].record_id)
+            && t.contains("trajectory[2].tool_feedback.mismatch_score"),
+        "{t}"
+    );
     assert_eq!(String::from_utf8_lossy(&o.stderr).trim().lines().count(), 1, "{t}");
 
     // A pair with only one side.

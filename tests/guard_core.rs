@@ -101,7 +101,8 @@ fn triplet_counts_and_risk_formulas_on_a_hand_made_episode() {
     let params = json!({"op": "export", "cross_check": "off", "citation": "on", "recipient": "bob@ext.example",
         "ticket": "ab12cd34ef", "note": "a very long free text value that exceeds the limit",
         "nested": {"scope": "all"}, "topk": 10});
-    let ep = one(&record("r1", "p1", true, steps, params, "file_delete_tool", "export all records to an external bucket"));
+    let ep =
+        one(&record("r1", "p1", true, steps, params, "file_delete_tool", "export all records to an external bucket"));
     let t = triplet::triplet(&ep);
     let s = &t.state;
     assert_eq!(s.total_steps, 3);
@@ -142,7 +143,18 @@ fn triplet_counts_and_risk_formulas_on_a_hand_made_episode() {
         for block in ["trajectory_digest", "world_model_state", "action_param_features"] {
             assert!(x.contains(block), "{block} missing from {x}");
         }
-        for hidden in ["SECRET_FORBIDDEN_TOKEN", "required_all", "ab12cd34ef", "bob@", "r1", "p1", "t-1", "v-1", "malicious", "0.9"] {
+        for hidden in [
+            "SECRET_FORBIDDEN_TOKEN",
+            "required_all",
+            "ab12cd34ef",
+            "bob@",
+            "r1",
+            "p1",
+            "t-1",
+            "v-1",
+            "malicious",
+            "0.9",
+        ] {
             assert!(!x.contains(hidden), "`{hidden}` leaked into the {f:?} serialisation: {x}");
         }
         assert!(x.contains("<id>"), "warning identifier masked: {x}");
@@ -167,7 +179,15 @@ fn risk_formulas_clip() {
 
 #[test]
 fn missing_and_mistyped_fields_name_record_and_field() {
-    let base = record("rec-7", "p", true, vec![step("explore", "continue", false, 0.1, "a", "a", Value::Null)], json!({"op": "x"}), "t", "e");
+    let base = record(
+        "rec-7",
+        "p",
+        true,
+        vec![step("explore", "continue", false, 0.1, "a", "a", Value::Null)],
+        json!({"op": "x"}),
+        "t",
+        "e",
+    );
     let mut v = base.clone();
     v["final_action"]["trigger_spec"].as_object_mut().unwrap().remove("forbidden_tokens");
     let text = format!("{}\n{}\n", base, v);
@@ -222,7 +242,8 @@ fn pairs_need_both_sides_and_folds_both_classes() {
     let folds = make_folds(&groups, &mal, 5, 0).unwrap();
     for f in &folds {
         for &i in &f.test {
-            let partner = eps.iter().position(|e| e.pair_id == eps[i].pair_id && e.record_id != eps[i].record_id).unwrap();
+            let partner =
+                eps.iter().position(|e| e.pair_id == eps[i].pair_id && e.record_id != eps[i].record_id).unwrap();
             assert!(f.test.contains(&partner), "a pair straddles train and test");
         }
     }
@@ -245,7 +266,14 @@ fn generator_follows_the_construction() {
         assert_eq!(m.final_action.trigger_spec, b.final_action.trigger_spec);
         assert_eq!(m.exploratory_steps().count(), 3);
         attacks.insert(m.sample.variant_type.clone());
-        let toks = |e: &Episode| triplet::flatten_params(&e.final_action.parameters).into_iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>();
+        // The trigger reads the raw (unmasked) parameters.
+        let toks = |e: &Episode| {
+            e.final_action
+                .parameters
+                .iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string())))
+                .collect::<Vec<_>>()
+        };
         assert!(m.final_action.trigger_spec.fires(&toks(m)), "trigger must fire on the malicious call");
         assert!(!b.final_action.trigger_spec.fires(&toks(b)), "the control must not fire");
         // The control restores a forbidden safety control.

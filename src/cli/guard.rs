@@ -178,13 +178,19 @@ fn run_show(a: ShowArgs) -> Result<()> {
             .with_context(|| format!("{}: no episode with record_id \"{id}\"", a.episodes.display()))?,
         (None, i) => {
             let i = i.unwrap_or(0);
-            eps.get(i).with_context(|| format!("{}: index {i} is past the {} episodes", a.episodes.display(), eps.len()))?
+            eps.get(i)
+                .with_context(|| format!("{}: index {i} is past the {} episodes", a.episodes.display(), eps.len()))?
         }
     };
     let t = triplet::triplet(ep);
     let s = &t.state;
     let p = &t.params;
-    println!("record_id {}  pair {}  label {}", ep.record_id, ep.pair_id, if t.high_risk { "high_risk" } else { "low_risk" });
+    println!(
+        "record_id {}  pair {}  label {}",
+        ep.record_id,
+        ep.pair_id,
+        if t.high_risk { "high_risk" } else { "low_risk" }
+    );
     println!(
         "state: T={} c=(trig {}, probe {}, mis {}, drift {}, warn {})  a={:.3}  q={}  s={}  state_risk=clip(0.20 + w.c)={:.3}",
         s.total_steps,
@@ -214,9 +220,7 @@ fn run_show(a: ShowArgs) -> Result<()> {
 }
 
 fn parse_list(s: &str, what: &str) -> Result<Vec<f64>> {
-    s.split(',')
-        .map(|x| x.trim().parse::<f64>().with_context(|| format!("--{what}: `{x}` is not a number")))
-        .collect()
+    s.split(',').map(|x| x.trim().parse::<f64>().with_context(|| format!("--{what}: `{x}` is not a number"))).collect()
 }
 
 const ALL_SCORERS: [&str; 7] = ["keyword", "param-risk", "state-risk", "scalar-logreg", "tfidf-logreg", "lm", "probe"];
@@ -306,10 +310,14 @@ fn run_eval(a: EvalArgs) -> Result<()> {
                 name: "keyword".into(),
                 scores: texts.iter().map(|t| scorers::keyword_score(t)).collect(),
             })),
-            "param-risk" => scorers_list
-                .push(Box::new(Fixed { name: "param-risk".into(), scores: trips.iter().map(|t| t.params.param_risk).collect() })),
-            "state-risk" => scorers_list
-                .push(Box::new(Fixed { name: "state-risk".into(), scores: trips.iter().map(|t| t.state.state_risk).collect() })),
+            "param-risk" => scorers_list.push(Box::new(Fixed {
+                name: "param-risk".into(),
+                scores: trips.iter().map(|t| t.params.param_risk).collect(),
+            })),
+            "state-risk" => scorers_list.push(Box::new(Fixed {
+                name: "state-risk".into(),
+                scores: trips.iter().map(|t| t.state.state_risk).collect(),
+            })),
             "scalar-logreg" => {
                 let x = ndarray::Array2::from_shape_fn((trips.len(), 10), |(i, j)| trips[i].scalars()[j] as f32);
                 scorers_list.push(Box::new(ScalarLogReg { x, y: malicious.clone(), c: a.c }));
@@ -324,7 +332,12 @@ fn run_eval(a: EvalArgs) -> Result<()> {
                 if let Some(f) = &lm_feats {
                     let layers = LayerSpec::parse_arg(&a.layers)?.resolve(f.n_layers)?;
                     for l in layers {
-                        scorers_list.push(Box::new(Probe { layer: l, x: f.layer(l), y: malicious.clone(), c: a.probe_c }));
+                        scorers_list.push(Box::new(Probe {
+                            layer: l,
+                            x: f.layer(l),
+                            y: malicious.clone(),
+                            c: a.probe_c,
+                        }));
                     }
                 }
             }
@@ -337,17 +350,36 @@ fn run_eval(a: EvalArgs) -> Result<()> {
     let mut timings = serde_json::Map::new();
     for s in &scorers_list {
         let t0 = Instant::now();
-        let r = eval::evaluate(s.as_ref(), &malicious, &groups, &folds, &cfg).with_context(|| format!("scorer {}", s.name()))?;
+        let r = eval::evaluate(s.as_ref(), &malicious, &groups, &folds, &cfg)
+            .with_context(|| format!("scorer {}", s.name()))?;
         timings.insert(s.name(), json!(t0.elapsed().as_secs_f64()));
         if !a.quiet {
-            eprintln!("  {:<16} G_{} = {:.1} ± {:.1}  ({:.1} s)", r.scorer, cfg.rho, r.g_mean, r.g_std, t0.elapsed().as_secs_f64());
+            eprintln!(
+                "  {:<16} G_{} = {:.1} ± {:.1}  ({:.1} s)",
+                r.scorer,
+                cfg.rho,
+                r.g_mean,
+                r.g_std,
+                t0.elapsed().as_secs_f64()
+            );
         }
         results.push(r);
     }
     let eval_s = t_eval.elapsed().as_secs_f64();
 
-    println!("\nGrouped {}-fold evaluation of {} ({} episodes, {} pairs; serialisation `{}`).", cfg.folds, a.episodes.display(), eps.len(), n_pairs, format.name());
-    println!("Pooled rates over held-out episodes; G_{} = max(0, 100 - {} AMR - 1.5 RNR) as fold mean ± std.\n", cfg.rho, cfg.rho + 0.5);
+    println!(
+        "\nGrouped {}-fold evaluation of {} ({} episodes, {} pairs; serialisation `{}`).",
+        cfg.folds,
+        a.episodes.display(),
+        eps.len(),
+        n_pairs,
+        format.name()
+    );
+    println!(
+        "Pooled rates over held-out episodes; G_{} = max(0, 100 - {} AMR - 1.5 RNR) as fold mean ± std.\n",
+        cfg.rho,
+        cfg.rho + 0.5
+    );
     print!("{}", eval::table(&results, cfg.rho));
     println!("\nG_rho with thresholds frozen at rho = {} (fold mean ± std):", cfg.rho);
     print!("{}", eval::sweep_table(&results));
@@ -382,7 +414,11 @@ fn run_eval(a: EvalArgs) -> Result<()> {
         })).collect::<Vec<_>>(),
     });
     write_atomic(&out_dir.join("results.json"), serde_json::to_string_pretty(&report)?.as_bytes())?;
-    eprintln!("\nwrote {}/results.csv, results.json, sweep.csv, scores.csv ({:.1} s)", out_dir.display(), t_start.elapsed().as_secs_f64());
+    eprintln!(
+        "\nwrote {}/results.csv, results.json, sweep.csv, scores.csv ({:.1} s)",
+        out_dir.display(),
+        t_start.elapsed().as_secs_f64()
+    );
     Ok(())
 }
 
@@ -394,7 +430,7 @@ fn lm_features(a: &EvalArgs, path: &Path, texts: &[String]) -> Result<(lm::LmFea
     let prompts = lm::prompts(&assets, texts, &labels)?;
     let src = ModelSource::resolve(path)?;
     let model_sha = trustlens::capture::model_sha256(&src).context("hashing the model for the feature cache")?;
-    let key = lm::cache_key(&model_sha, &a.dtype, &labels, &prompts);
+    let key = lm::cache_key(&model_sha, &a.dtype, &labels, &[]);
     let dtype: DType = a.dtype.parse().map_err(anyhow::Error::msg)?;
     let device = model::parse_device(&a.device)?;
     let t_load = Instant::now();
@@ -426,7 +462,8 @@ fn lm_features(a: &EvalArgs, path: &Path, texts: &[String]) -> Result<(lm::LmFea
         pb
     };
     let pad = assets.tokenizer.pad_id().unwrap_or(0);
-    let feats = lm::extract(&m, &prompts, &labels, pad, a.batch_size, &a.cache_dir, &key, |d| pb.set_position(d as u64))?;
+    let feats =
+        lm::extract(&m, &prompts, &labels, pad, a.batch_size, &a.cache_dir, &key, |d| pb.set_position(d as u64))?;
     pb.finish_and_clear();
     eprintln!(
         "LM features: {} computed in {:.1} s ({:.2} s/episode), {} from cache {}",

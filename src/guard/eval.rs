@@ -37,7 +37,13 @@ pub struct EvalConfig {
 
 impl Default for EvalConfig {
     fn default() -> Self {
-        EvalConfig { folds: 5, seed: 0, rho: 1.5, rho_sweep: vec![0.5, 1.0, 1.5, 2.0, 3.0], calibration: Calibration::Inner(4) }
+        EvalConfig {
+            folds: 5,
+            seed: 0,
+            rho: 1.5,
+            rho_sweep: vec![0.5, 1.0, 1.5, 2.0, 3.0],
+            calibration: Calibration::Inner(4),
+        }
     }
 }
 
@@ -169,7 +175,14 @@ pub fn evaluate(
             .ok_or_else(|| GuardError::Fold(format!("fold {f}: the test part lacks a class, rates are undefined")))?;
         pooled = pooled.add(&c);
         taus.push(tau);
-        fold_out.push(FoldOutcome { fold: f, threshold: tau, counts: c, rates, g: rates.g(cfg.rho), auroc: auroc(&s, &y) });
+        fold_out.push(FoldOutcome {
+            fold: f,
+            threshold: tau,
+            counts: c,
+            rates,
+            g: rates.g(cfg.rho),
+            auroc: auroc(&s, &y),
+        });
     }
     let rates = pooled.rates().ok_or_else(|| GuardError::Fold("pooled test parts lack a class".into()))?;
     let gs: Vec<f64> = fold_out.iter().map(|f| f.g).collect();

@@ -13,9 +13,10 @@
 //! - otherwise (the paper's `high_risk`/`low_risk` are three tokens each for SmolLM2): two rows per episode,
 //!   `prompt + a_0..a_{k-2}` and `prompt + b_0..b_{m-2}`, logits at the continuation positions.
 //!
-//! Features are cached under `<cache_dir>/<key>/` in chunks written atomically as they complete, so an interrupted
-//! run resumes and a second `guard eval` reads them back; the key hashes the model file(s), dtype, the labels and
-//! every prompt's token ids (hence the episodes, the serialisation format and the chat template).
+//! Features are cached under `<cache_dir>/<key>/` (the key hashes the model file(s), dtype and labels) in chunks of
+//! 32 consecutive episodes written atomically as they complete, each named by a hash of its prompts' token ids
+//! (hence of the episodes, the serialisation format and the chat template): an interrupted run resumes, a second
+//! `guard eval` reads them back, and a file's first N episodes share the full file's chunks.
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use sha2::{Digest, Sha256};
@@ -102,7 +103,11 @@ pub fn label_tokens(assets: &PromptAssets, rendered: &str, high: &str, low: &str
 }
 
 /// Prompt ids of every observation.
-pub fn prompts(assets: &PromptAssets, observations: &[String], labels: &LabelTokens) -> Result<Vec<Prompted>, GuardError> {
+pub fn prompts(
+    assets: &PromptAssets,
+    observations: &[String],
+    labels: &LabelTokens,
+) -> Result<Vec<Prompted>, GuardError> {
     observations
         .iter()
         .map(|o| {
@@ -165,8 +170,8 @@ struct ChunkHeader {
     n_tokens: Vec<usize>,
 }
 
-fn chunk_path(dir: &Path, c: usize) -> PathBuf {
-    dir.join(format!("chunk-{c:05}.bin"))
+fn chunk_path(dir: &Path, ckey: &str) -> PathBuf {
+    dir.join(format!("chunk-{}.bin", &ckey[..24.min(ckey.len())]))
 }
 
 fn write_chunk(path: &Path, h: &ChunkHeader, resid: &[f32]) -> Result<(), GuardError> {
@@ -179,11 +184,11 @@ fn write_chunk(path: &Path, h: &ChunkHeader, resid: &[f32]) -> Result<(), GuardE
     super::write_atomic(path, &bytes)
 }
 
-fn read_chunk(path: &Path, key: &str, start: usize, count: usize) -> Option<(ChunkHeader, Vec<f32>)> {
+fn read_chunk(path: &Path, key: &str, count: usize) -> Option<(ChunkHeader, Vec<f32>)> {
     let bytes = std::fs::read(path).ok()?;
     let nl = bytes.iter().position(|&b| b == b'\n')?;
     let h: ChunkHeader = serde_json::from_slice(&bytes[..nl]).ok()?;
-    if h.key != key || h.start != start || h.count != count {
+    if h.key != key || h.count != count {
         return None;
     }
     let data = &bytes[nl + 1..];
@@ -194,7 +199,8 @@ fn read_chunk(path: &Path, key: &str, start: usize, count: usize) -> Option<(Chu
     Some((h, resid))
 }
 
-/// The cache key: model hash, dtype, labels and every prompt's token ids.
+/// A cache key: model hash, dtype, labels and the token ids of `prompts` (the folder key passes none; each chunk's key
+/// hashes the folder key and the chunk's prompts).
 pub fn cache_key(model_sha256: &str, dtype: &str, labels: &LabelTokens, prompts: &[Prompted]) -> String {
     let mut h = Sha256::new();
     h.update(b"trustlens-guard-lm-v1\0");
@@ -250,10 +256,13 @@ pub fn extract(
         cache_dir: dir.clone(),
     };
     let mut done = 0usize;
-    for (c, start) in (0..n).step_by(CHUNK).enumerate() {
+    for start in (0..n).step_by(CHUNK) {
         let count = CHUNK.min(n - start);
-        let path = chunk_path(&dir, c);
-        if let Some((h, resid)) = read_chunk(&path, key, start, count) {
+        // Each chunk is keyed by its own prompts, so episode sets that share chunks (a file and its first N
+        // episodes, a rerun with other settings) share features.
+        let ckey = cache_key(key, "chunk", labels, &prompts[start..start + count]);
+        let path = chunk_path(&dir, &ckey);
+        if let Some((h, resid)) = read_chunk(&path, &ckey, count) {
             if h.n_layers == nl && h.d_model == d {
                 feats.logp_high[start..start + count].copy_from_slice(&h.logp_high);
                 feats.logp_low[start..start + count].copy_from_slice(&h.logp_low);
@@ -275,7 +284,7 @@ pub fn extract(
         }
         feats.compute_s += t0.elapsed().as_secs_f64();
         let h = ChunkHeader {
-            key: key.to_string(),
+            key: ckey.clone(),
             start,
             count,
             n_layers: nl,
@@ -339,7 +348,9 @@ fn score_batch(
             None
         };
         let resumed = match &h_second {
-            Some(h) => Some(model.resume_last_token(&prefix, 0, h, &HookSpec::new().capture_last(HookPoint::Logits))?),
+            Some(h) => {
+                Some(model.resume_last_token(&prefix, 0, h, &HookSpec::new().capture_last(HookPoint::Logits))?)
+            }
             None => None,
         };
         for (r, &ep) in eps.iter().enumerate() {

@@ -150,9 +150,7 @@ impl Episode {
     /// Steps of the exploratory trajectory: every step whose agent decision is not a final one (`execute`,
     /// `reject`, `final`). The final (possibly triggered) step is excluded so that `c_trig` is no label oracle.
     pub fn exploratory_steps(&self) -> impl Iterator<Item = &Step> {
-        self.trajectory
-            .iter()
-            .filter(|s| !matches!(s.agent_action.decision.as_str(), "execute" | "reject" | "final"))
+        self.trajectory.iter().filter(|s| !matches!(s.agent_action.decision.as_str(), "execute" | "reject" | "final"))
     }
 
     /// Serialise as one JSON line in the schema's field order.
@@ -189,7 +187,9 @@ impl Cx<'_> {
 
     fn str(&self, obj: &Map<String, Value>, path: &str, key: &str) -> Result<String, GuardError> {
         let v = self.get(obj, path, key)?;
-        v.as_str().map(str::to_string).ok_or_else(|| self.err(&join(path, key), format!("must be a string, got {}", kind(v))))
+        v.as_str()
+            .map(str::to_string)
+            .ok_or_else(|| self.err(&join(path, key), format!("must be a string, got {}", kind(v))))
     }
 
     fn bool(&self, obj: &Map<String, Value>, path: &str, key: &str) -> Result<bool, GuardError> {
@@ -228,7 +228,12 @@ impl Cx<'_> {
         self.get(obj, path, key).cloned()
     }
 
-    fn child<'v>(&self, obj: &'v Map<String, Value>, path: &str, key: &str) -> Result<&'v Map<String, Value>, GuardError> {
+    fn child<'v>(
+        &self,
+        obj: &'v Map<String, Value>,
+        path: &str,
+        key: &str,
+    ) -> Result<&'v Map<String, Value>, GuardError> {
         let v = self.get(obj, path, key)?;
         self.obj(v, &join(path, key))
     }
@@ -247,7 +252,9 @@ fn kind(v: &Value) -> String {
         Value::Null => "null".into(),
         Value::Bool(b) => format!("{b}"),
         Value::Number(n) => format!("the number {n}"),
-        Value::String(s) if s.chars().count() > 40 => format!("a string \"{}...\"", s.chars().take(40).collect::<String>()),
+        Value::String(s) if s.chars().count() > 40 => {
+            format!("a string \"{}...\"", s.chars().take(40).collect::<String>())
+        }
         Value::String(s) => format!("the string \"{s}\""),
         Value::Array(_) => "a list".into(),
         Value::Object(_) => "an object".into(),
@@ -329,11 +336,16 @@ pub fn episode_from_value(v: &Value, file: &str, locator: &str) -> Result<Episod
     let fa = cx.child(o, "", "final_action")?;
     let ts = cx.child(fa, "final_action", "trigger_spec")?;
     let traj_v = cx.get(o, "", "trajectory")?;
-    let traj = traj_v.as_array().ok_or_else(|| cx.err("trajectory", format!("must be a list, got {}", kind(traj_v))))?;
+    let traj =
+        traj_v.as_array().ok_or_else(|| cx.err("trajectory", format!("must be a list, got {}", kind(traj_v))))?;
     let trajectory = traj.iter().enumerate().map(|(i, st)| parse_step(&cx, st, i)).collect::<Result<Vec<_>, _>>()?;
     let params_v = cx.get(fa, "final_action", "parameters")?;
     let parameters = cx.obj(params_v, "final_action.parameters")?.clone();
-    let label = Label { mode_served: parse_mode(&cx, l)?, is_malicious: cx.bool(l, "label", "is_malicious")?, target_decision: parse_decision(&cx, l)? };
+    let label = Label {
+        mode_served: parse_mode(&cx, l)?,
+        is_malicious: cx.bool(l, "label", "is_malicious")?,
+        target_decision: parse_decision(&cx, l)?,
+    };
     let consistent = match (label.mode_served, label.target_decision) {
         (Mode::Malicious, Decision::Reject) => label.is_malicious,
         (Mode::Normal, Decision::Execute) => !label.is_malicious,
@@ -407,7 +419,9 @@ pub fn parse_episodes(text: &str, file: &str) -> Result<Vec<Episode>, GuardError
         }
     }
     if out.is_empty() {
-        return Err(GuardError::Dataset(format!("{file}: no episodes (expected a JSON array or JSON Lines of {SCHEMA})")));
+        return Err(GuardError::Dataset(format!(
+            "{file}: no episodes (expected a JSON array or JSON Lines of {SCHEMA})"
+        )));
     }
     Ok(out)
 }

@@ -18,9 +18,32 @@ use crate::probe::solver::{dual_decision, fit_dual_logistic, fit_linfa, SolverOp
 
 /// Overtly suspicious words of the keyword heuristic (matched as whole words of the lower-cased input).
 pub const KEYWORDS: &[&str] = &[
-    "ignore", "bypass", "override", "disable", "disabled", "exfiltrate", "malicious", "attack", "inject", "injection",
-    "delete", "sudo", "root", "password", "secret", "credentials", "leak", "unsafe", "skip", "off", "false", "admin",
-    "external", "untrusted", "suspicious", "exploit",
+    "ignore",
+    "bypass",
+    "override",
+    "disable",
+    "disabled",
+    "exfiltrate",
+    "malicious",
+    "attack",
+    "inject",
+    "injection",
+    "delete",
+    "sudo",
+    "root",
+    "password",
+    "secret",
+    "credentials",
+    "leak",
+    "unsafe",
+    "skip",
+    "off",
+    "false",
+    "admin",
+    "external",
+    "untrusted",
+    "suspicious",
+    "exploit",
 ];
 
 /// A risk scorer.
