@@ -629,7 +629,7 @@ fn patch_panel(rows: &[&PatchRow], channel: &str, layer_axis: &Axis, min_gap: f6
 }
 
 fn min_gap(layers: &[usize]) -> f64 {
-    layers.windows(2).map(|w| (w[1] - w[0]) as f64).fold(f64::INFINITY, f64::min).min(8.0).max(1.0)
+    layers.windows(2).map(|w| (w[1] - w[0]) as f64).fold(f64::INFINITY, f64::min).clamp(1.0, 8.0)
 }
 
 /// Patching shift per single layer, forward and reverse with 95% CI error bars and a zero line, one panel per

@@ -620,7 +620,9 @@ fn draw_panel<DB: DrawingBackend>(
                 plot.draw(&PathElement::new(vec![(x - cap, hi), (x + cap, hi)], style)).map_err(de)?;
             }
             if s.bar_width.is_none() && q.y.is_finite() {
-                draw_marker(&plot, to_px(q.x, q.y), s.marker, s.color, sc)?;
+                // Dense curves (many layers) get smaller markers so that the line stays visible.
+                let dense = Scale(if s.points.len() > 12 { sc.0 * 0.6 } else { sc.0 });
+                draw_marker(&plot, to_px(q.x, q.y), s.marker, s.color, &dense)?;
             }
         }
     }

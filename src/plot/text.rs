@@ -140,7 +140,7 @@ fn svg_path(line: &Line, h: HPos, v: VPos, t: &FontTransform, pos: BackendCoord)
                 OutlineCurve::Quad(a, _, c) => (*a, *c),
                 OutlineCurve::Cubic(a, _, _, d) => (*a, *d),
             };
-            if last.map_or(true, |l| (l.x - start.x).abs() > 1e-3 || (l.y - start.y).abs() > 1e-3) {
+            if last.is_none_or(|l| (l.x - start.x).abs() > 1e-3 || (l.y - start.y).abs() > 1e-3) {
                 if last.is_some() {
                     push('Z', &[]);
                 }
