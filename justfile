@@ -13,10 +13,14 @@ default:
 setup:
     bash scripts/setup.sh
 
-# The main job: the demo on the embedded model.
+# The main job: the demo sweep on the embedded model (capture -> probes -> patching -> figures, cached per stage).
 demo: setup
-    {{bin}} model inspect {{model}}
-    {{bin}} model generate {{model}} --chat --prompt "What is the capital of France?" --device auto
+    {{bin}} sweep experiments/channel-trust.toml
+    @echo "figures: figures/channel-trust/ (summary.png is the one-page overview; manifest.json lists every file)"
+
+# Fetch Qwen2.5-Coder-1.5B-Instruct (GGUF, 1.1 GB, native tool template) for experiments/qwen2.5-coder-1.5b.toml.
+qwen-coder: setup
+    bash scripts/fetch_qwen_coder.sh
 
 # Reference fixtures for the parity tests, computed by transformers (remade only when their scripts change).
 fixtures: setup

@@ -13,6 +13,7 @@
 //! channels = ["chat", "tool"]              # chat | chat+tools | tool
 //! conditions = ["adversarial", "benign"]
 //! tool_rendering = "auto"                   # auto | native | hermes
+//! # max_per_family = 16                     # optional: the first N cases of each family only
 //!
 //! [capture]
 //! layers = "frac:0.2,0.4,0.6,0.8"           # or a list: [6, 12, 18, 24]
@@ -52,6 +53,15 @@ pub struct Experiment {
     pub cases: CasesSection,
     #[serde(default)]
     pub capture: CaptureSection,
+    /// `[probe]`: settings of the sweep's probe stage (`trustlens sweep`).
+    #[serde(default)]
+    pub probe: ProbeSection,
+    /// `[patch]`: settings of the sweep's patching stage.
+    #[serde(default)]
+    pub patch: PatchSection,
+    /// `[sweep]`: which stages `trustlens sweep` runs and where results go.
+    #[serde(default)]
+    pub sweep: SweepSection,
 }
 
 /// `[model]`
@@ -102,13 +112,17 @@ pub struct CasesSection {
     /// `auto` (native if the template supports tools, else Hermes), `native` or `hermes`.
     #[serde(default = "default_tool_rendering")]
     pub tool_rendering: String,
+    /// Keep only the first N cases of each family, in file order (quick runs; leave out for every case).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_per_family: Option<usize>,
 }
 
 /// `[capture]`
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CaptureSection {
-    /// Layer indices (0-based blocks) or `"frac:f1,f2,..."` (layer = round(f * n_layers), clamped to the last).
+    /// Layer indices (0-based blocks), `"frac:f1,f2,..."` (layer = round(f * n_layers), clamped to the last) or
+    /// `"all"`.
     #[serde(default = "default_layers")]
     pub layers: LayerSpec,
     /// Hook name inside each block, e.g. `hook_resid_post` (`blocks.{l}.<hook>`).
@@ -155,10 +169,10 @@ pub enum LayerSpec {
 }
 
 impl LayerSpec {
-    /// Parse a command-line value: `6,12,18` or `frac:0.2,0.4`.
+    /// Parse a command-line value: `6,12,18`, `frac:0.2,0.4` or `all`.
     pub fn parse_arg(s: &str) -> Result<LayerSpec, ExperimentError> {
         let s = s.trim();
-        if s.starts_with("frac:") {
+        if s.starts_with("frac:") || s == "all" {
             return Ok(LayerSpec::Text(s.to_string()));
         }
         let list: Result<Vec<usize>, _> = s.split(',').map(|x| x.trim().parse::<usize>()).collect();
@@ -184,6 +198,7 @@ impl LayerSpec {
                 }
                 v.clone()
             }
+            LayerSpec::Text(t) if t == "all" => (0..n_layers).collect(),
             LayerSpec::Text(t) => {
                 let body = t.strip_prefix("frac:").ok_or_else(|| {
                     ExperimentError::Invalid(format!(
@@ -364,11 +379,13 @@ impl Experiment {
             }
         }
         if let LayerSpec::Text(t) = &c.layers {
-            if !t.starts_with("frac:") {
-                return Err(format!("capture.layers: `{t}` is neither a list of integers nor `frac:f1,f2,...`"));
+            if !t.starts_with("frac:") && t != "all" {
+                return Err(format!(
+                    "capture.layers: `{t}` is neither a list of integers, `frac:f1,f2,...` nor `all`"
+                ));
             }
         }
-        Ok(())
+        self.check_sweep_sections()
     }
 
     /// The run name: `capture.run`, else the experiment file's stem.
@@ -433,4 +450,186 @@ fn levenshtein(a: &str, b: &str) -> usize {
         prev = cur;
     }
     prev[b.len()]
+}
+
+/// `[probe]`: the probe stage of `trustlens sweep` (the same settings as `trustlens probe`'s flags).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProbeSection {
+    /// Probe methods: `logistic`, `diffmeans`, `rbf`.
+    #[serde(default = "default_probe_methods")]
+    pub methods: Vec<String>,
+    /// Positions to probe (default: every captured position).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub positions: Vec<String>,
+    /// Outer grouped folds (grouped by case).
+    #[serde(default = "default_folds")]
+    pub folds: usize,
+    /// Bootstrap replicates over cases for the 95% CIs.
+    #[serde(default = "default_probe_bootstrap")]
+    pub bootstrap: usize,
+    /// Label permutations for the p-values (0: none).
+    #[serde(default = "default_permutations")]
+    pub permutations: usize,
+    /// Seed for folds, bootstrap and permutations.
+    #[serde(default)]
+    pub seed: u64,
+}
+
+impl Default for ProbeSection {
+    fn default() -> Self {
+        ProbeSection {
+            methods: default_probe_methods(),
+            positions: Vec::new(),
+            folds: default_folds(),
+            bootstrap: default_probe_bootstrap(),
+            permutations: default_permutations(),
+            seed: 0,
+        }
+    }
+}
+
+/// `[patch]`: the patching stage of `trustlens sweep` (the same settings as `trustlens patch`'s flags).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PatchSection {
+    /// Single layers to patch (list, `frac:...` or `"all"`); default: the capture layers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layers: Option<LayerSpec>,
+    /// Extra layer sets patched together (`"12+20"`, `"12..29"`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sets: Vec<String>,
+    /// Readout: `ln_final`, `resid_post` or `logits`.
+    #[serde(default = "default_readout")]
+    pub readout: String,
+    /// Patch only the first N cases of each family (None: all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_cases: Option<usize>,
+    /// Also patch a random vector of the source's norm (a control).
+    #[serde(default)]
+    pub random_control: bool,
+    /// Bootstrap replicates for the CIs.
+    #[serde(default = "default_patch_boot")]
+    pub n_boot: usize,
+    /// Seed for the bootstrap and the random control.
+    #[serde(default)]
+    pub seed: u64,
+}
+
+impl Default for PatchSection {
+    fn default() -> Self {
+        PatchSection {
+            layers: None,
+            sets: Vec::new(),
+            readout: default_readout(),
+            max_cases: None,
+            random_control: false,
+            n_boot: default_patch_boot(),
+            seed: 0,
+        }
+    }
+}
+
+/// `[sweep]`: stages and output folder of `trustlens sweep`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SweepSection {
+    /// Stages to run, in pipeline order: `capture`, `probe`, `patch`, `figures`.
+    #[serde(default = "default_stages")]
+    pub stages: Vec<String>,
+    /// Results and figures go to `<figures_dir>/<run>/`.
+    #[serde(default = "default_figures_dir")]
+    pub figures_dir: PathBuf,
+}
+
+impl Default for SweepSection {
+    fn default() -> Self {
+        SweepSection { stages: default_stages(), figures_dir: default_figures_dir() }
+    }
+}
+
+/// Stage names of `trustlens sweep`, in pipeline order.
+pub const STAGES: [&str; 4] = ["capture", "probe", "patch", "figures"];
+
+fn default_probe_methods() -> Vec<String> {
+    vec!["logistic".into(), "diffmeans".into(), "rbf".into()]
+}
+fn default_folds() -> usize {
+    5
+}
+fn default_probe_bootstrap() -> usize {
+    1000
+}
+fn default_permutations() -> usize {
+    100
+}
+fn default_readout() -> String {
+    "ln_final".into()
+}
+fn default_patch_boot() -> usize {
+    2000
+}
+fn default_stages() -> Vec<String> {
+    STAGES.iter().map(|s| s.to_string()).collect()
+}
+fn default_figures_dir() -> PathBuf {
+    PathBuf::from("figures")
+}
+
+impl Experiment {
+    /// Checks of the `[probe]`, `[patch]` and `[sweep]` sections that need no model.
+    fn check_sweep_sections(&self) -> Result<(), String> {
+        const METHODS: [&str; 3] = ["logistic", "diffmeans", "rbf"];
+        if self.probe.methods.is_empty() {
+            return Err("probe.methods must not be empty".into());
+        }
+        for m in &self.probe.methods {
+            if !METHODS.contains(&m.as_str()) {
+                return Err(format!("probe.methods: unknown method `{m}` (logistic, diffmeans, rbf){}", suggest(m, &METHODS)));
+            }
+        }
+        for p in &self.probe.positions {
+            if !self.capture.positions.contains(p) {
+                return Err(format!(
+                    "probe.positions: `{p}` is not captured (capture.positions: {})",
+                    self.capture.positions.join(", ")
+                ));
+            }
+        }
+        if self.probe.folds < 2 {
+            return Err("probe.folds must be at least 2".into());
+        }
+        const READOUTS: [&str; 3] = ["ln_final", "resid_post", "logits"];
+        if !READOUTS.contains(&self.patch.readout.as_str()) {
+            return Err(format!(
+                "patch.readout: `{}` is not one of ln_final, resid_post, logits{}",
+                self.patch.readout,
+                suggest(&self.patch.readout, &READOUTS)
+            ));
+        }
+        if self.patch.max_cases == Some(0) {
+            return Err("patch.max_cases must be at least 1 (leave it out for all cases)".into());
+        }
+        if let Some(LayerSpec::Text(t)) = &self.patch.layers {
+            if !t.starts_with("frac:") && t != "all" {
+                return Err(format!("patch.layers: `{t}` is neither a list of integers, `frac:f1,f2,...` nor `all`"));
+            }
+        }
+        if self.cases.max_per_family == Some(0) {
+            return Err("cases.max_per_family must be at least 1 (leave it out for every case)".into());
+        }
+        if self.sweep.stages.is_empty() {
+            return Err("sweep.stages must not be empty".into());
+        }
+        for s in &self.sweep.stages {
+            if !STAGES.contains(&s.as_str()) {
+                return Err(format!(
+                    "sweep.stages: unknown stage `{s}` ({}){}",
+                    STAGES.join(", "),
+                    suggest(s, &STAGES)
+                ));
+            }
+        }
+        Ok(())
+    }
 }

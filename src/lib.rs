@@ -13,6 +13,7 @@ pub mod probe;
 pub mod prompt;
 pub mod sas;
 pub mod stats;
+pub mod sweep;
 
 /// Keep freed activation buffers in the process instead of handing them back to the kernel after every forward pass.
 ///

@@ -314,6 +314,35 @@ fn f16_store_is_the_f32_run_rounded() {
     }
 }
 
+/// Out-of-memory handling: with every chunk above one prompt failing as CUDA OOM would (test seam), the capture halves
+/// its batch down to 1 and finishes with the same rows as an unbatched run.
+#[test]
+fn out_of_memory_halves_the_batch_and_finishes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cases = small_cases(tmp.path(), 1);
+    let exp = experiment(tmp.path(), &cases, "[\"chat\"]", "[2]", "[\"last\"]", "");
+    let o = bin()
+        .args(["capture", exp.to_str().unwrap(), "--threads", "1", "--quiet"])
+        .env("TRUSTLENS_FAULT_OOM_ABOVE", "1")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let halved = ActivationFile::open(&h5(tmp.path())).unwrap().read(2, "last").unwrap();
+    let o = run(&["capture", exp.to_str().unwrap(), "--threads", "1", "--quiet", "--batch-size", "1", "--overwrite"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let single = ActivationFile::open(&h5(tmp.path())).unwrap().read(2, "last").unwrap();
+    assert_eq!(halved, single, "batch 1 after halving is the unbatched run");
+
+    // Even one prompt does not fit: a clear error, finished work kept.
+    let o = bin()
+        .args(["capture", exp.to_str().unwrap(), "--threads", "1", "--quiet", "--overwrite"])
+        .env("TRUSTLENS_FAULT_OOM_ABOVE", "0")
+        .output()
+        .unwrap();
+    let t = text(&o);
+    assert!(!o.status.success() && t.contains("out of memory with a single prompt"), "{t}");
+}
+
 #[test]
 fn bad_input_gives_one_line_errors() {
     let tmp = tempfile::tempdir().unwrap();

@@ -67,6 +67,9 @@ pub struct CaptureRequest {
     pub shard: Option<(usize, usize)>,
     /// Delete whatever the run directory holds and start afresh (otherwise a run of another configuration is refused).
     pub overwrite: bool,
+    /// Replace a run made with another model or configuration instead of refusing it (a run of this configuration
+    /// is still resumed or kept). `trustlens sweep` uses this: its cache already knows the inputs changed.
+    pub replace_stale: bool,
     /// Intra-op threads (None: libtorch's default).
     pub threads: Option<i32>,
     /// Seconds between `.h5` checkpoints (0: after every batch).
@@ -188,6 +191,21 @@ pub fn prepare(exp: &Experiment, assets: &PromptAssets, shard: Option<(usize, us
     if cases.is_empty() {
         return Err(CaptureError::Cases(format!("{}: no cases", file.display())));
     }
+    // `[cases] max_per_family`: the first N cases of each family, in file order.
+    let cases = match exp.cases.max_per_family {
+        Some(n) => {
+            let mut seen: std::collections::BTreeMap<crate::cases::Family, usize> = Default::default();
+            cases
+                .into_iter()
+                .filter(|c| {
+                    let k = seen.entry(c.case.family).or_default();
+                    *k += 1;
+                    *k <= n
+                })
+                .collect()
+        }
+        None => cases,
+    };
     let template = assets.template.as_ref().ok_or_else(|| {
         CaptureError::Cases(
             "the model has no chat template; cases are rendered through the model's own template".into(),
@@ -418,7 +436,18 @@ pub fn run(req: &CaptureRequest) -> Result<CaptureReport, CaptureError> {
 
     // An existing run: finished, resumable, or made differently.
     let overwrite_hint = "pass --overwrite to replace it, or choose another run name (--run)";
-    if req.overwrite {
+    let stale = |h5_path: &Path, journal_path: &Path| -> Result<bool, CaptureError> {
+        if let Ok(f) = ActivationFile::open(h5_path) {
+            if f.attrs.config_sha256 != config_sha || f.attrs.shard != shard_str {
+                return Ok(true);
+            }
+        }
+        if let Ok(Some((j, _))) = Journal::open(journal_path) {
+            return Ok(!j.header().run_fingerprint.eq(&run_fp));
+        }
+        Ok(false)
+    };
+    if req.overwrite || (req.replace_stale && stale(&h5_path, &journal_path)?) {
         // Start afresh, whatever is there.
         for p in [&h5_path, &journal_path] {
             if p.exists() {
@@ -638,6 +667,13 @@ fn forward_chunk(
     pad_id: u32,
     d_model: usize,
 ) -> Result<Vec<Vec<f32>>, ChunkError> {
+    // Test seam: `TRUSTLENS_FAULT_OOM_ABOVE=N` makes every chunk of more than N prompts fail as CUDA out-of-memory
+    // would, so the batch-halving path is exercised on machines without a GPU (tests/capture_e2e.rs).
+    if let Some(limit) = std::env::var("TRUSTLENS_FAULT_OOM_ABOVE").ok().and_then(|v| v.parse::<usize>().ok()) {
+        if chunk.len() > limit {
+            return Err(ChunkError::Oom(format!("CUDA out of memory (simulated above {limit} prompts)")));
+        }
+    }
     let seqs: Vec<Vec<u32>> = chunk.iter().map(|p| p.ids.clone()).collect();
     let batch = Batch::left_padded(&seqs, pad_id).map_err(ChunkError::Model)?;
     let many: Vec<Vec<i64>> = chunk.iter().map(|p| p.positions.iter().map(|&x| x as i64).collect()).collect();

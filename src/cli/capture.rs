@@ -22,6 +22,10 @@ pub struct CaptureArgs {
     /// Delete whatever the run directory holds (a finished run, an unfinished one, another configuration) and start afresh.
     #[arg(long)]
     pub overwrite: bool,
+    /// Replace an existing run only if it was made with another model or configuration (resume or keep it
+    /// otherwise).
+    #[arg(long, conflicts_with = "overwrite")]
+    pub replace_stale: bool,
     /// Override [model] path.
     #[arg(long)]
     pub model: Option<PathBuf>,
@@ -156,6 +160,7 @@ pub fn run(a: CaptureArgs) -> Result<()> {
         origin: a.experiment.clone(),
         shard,
         overwrite: a.overwrite,
+        replace_stale: a.replace_stale,
         threads: Some(a.threads),
         checkpoint_secs: a.checkpoint_secs,
         pause_ms: a.pause_ms,

@@ -42,7 +42,7 @@ pub struct PatchArgs {
     /// Pairs per forward pass.
     #[arg(long, default_value_t = 8)]
     pub batch_pairs: usize,
-    /// Only the first N cases (quick looks).
+    /// Only the first N cases of each family (quick looks).
     #[arg(long)]
     pub max_cases: Option<usize>,
     /// Bootstrap replicates for the CIs.
@@ -142,7 +142,18 @@ pub fn run(a: PatchArgs) -> Result<()> {
             order.push(&p.meta.case_id);
         }
     }
-    let keep: Vec<&String> = order.into_iter().take(a.max_cases.unwrap_or(usize::MAX)).collect();
+    // The first N cases of each family, so a quick look keeps the families balanced.
+    let family_of: BTreeMap<&String, &String> =
+        plan.prompts.iter().map(|p| (&p.meta.case_id, &p.meta.family)).collect();
+    let mut per_family: BTreeMap<&String, usize> = BTreeMap::new();
+    let keep: Vec<&String> = order
+        .into_iter()
+        .filter(|c| {
+            let k = per_family.entry(family_of[c]).or_default();
+            *k += 1;
+            *k <= a.max_cases.unwrap_or(usize::MAX)
+        })
+        .collect();
     for ((case, channel), [adv, ben]) in &by_key {
         if !keep.contains(&case) {
             continue;
