@@ -259,8 +259,8 @@ pub fn compute(rows: &[LocatedRow], cfg: &SasConfig) -> Result<(Vec<ModelReport>
                         model: row.model.clone(),
                         case_id: row.case_id.clone(),
                         field,
-                        first: (a, other.at.clone()),
-                        second: (b, r.at.clone()),
+                        first: Box::new((a, other.at.clone())),
+                        second: Box::new((b, r.at.clone())),
                     });
                 }
             }
@@ -587,8 +587,9 @@ pub fn groups(
             }
         }
     }
-    // (group, slice) -> (models used, point mean, replicate means)
-    let mut stats: BTreeMap<(usize, FamilySlice), (Vec<String>, f64, Vec<f64>)> = BTreeMap::new();
+    // (point mean, replicate means)
+    type GroupStat = (f64, Vec<f64>);
+    let mut stats: BTreeMap<(usize, FamilySlice), GroupStat> = BTreeMap::new();
     let mut reports = Vec::new();
     for (gi, g) in specs.iter().enumerate() {
         let mut means = Vec::new();
@@ -603,8 +604,8 @@ pub fn groups(
             let reps: Vec<f64> =
                 (0..cfg.n_boot).map(|b| members.iter().map(|m| m.sas_reps[&fam][b]).sum::<f64>() / k).collect();
             let used: Vec<String> = members.iter().map(|m| m.model.clone()).collect();
-            means.push(GroupMean { family: fam, models: used.clone(), mean_sas: interval(point, &reps, cfg.level) });
-            stats.insert((gi, fam), (used, point, reps));
+            means.push(GroupMean { family: fam, models: used, mean_sas: interval(point, &reps, cfg.level) });
+            stats.insert((gi, fam), (point, reps));
         }
         reports.push(GroupReport { name: g.name.clone(), models: g.models.clone(), means });
     }
@@ -613,12 +614,12 @@ pub fn groups(
         for b in a + 1..specs.len() {
             for fam in FamilySlice::ALL {
                 let (Some(sa), Some(sb)) = (stats.get(&(a, fam)), stats.get(&(b, fam))) else { continue };
-                let reps: Vec<f64> = sa.2.iter().zip(&sb.2).map(|(x, y)| x - y).collect();
+                let reps: Vec<f64> = sa.1.iter().zip(&sb.1).map(|(x, y)| x - y).collect();
                 deltas.push(DeltaSas {
                     group_a: specs[a].name.clone(),
                     group_b: specs[b].name.clone(),
                     family: fam,
-                    dsas: interval(sa.1 - sb.1, &reps, cfg.level),
+                    dsas: interval(sa.0 - sb.0, &reps, cfg.level),
                 });
             }
         }

@@ -63,9 +63,9 @@ pub enum SasError {
         /// `family` or `subtype`.
         field: &'static str,
         /// Value and location of the first row.
-        first: (String, RowLocation),
+        first: Box<(String, RowLocation)>,
         /// Value and location of the conflicting row.
-        second: (String, RowLocation),
+        second: Box<(String, RowLocation)>,
     },
     /// Cases without both a chat and a tool row.
     #[error(
