@@ -23,10 +23,37 @@
 //! store = "f32"                             # f32 | f16 (stored dtype; compute stays as [model] dtype)
 //! run = "channel-trust"                     # activations/<run>/activations.h5
 //! out_dir = "activations"
+//!
+//! [probe]                                   # trustlens sweep: the probe stage
+//! methods = ["logistic", "diffmeans", "rbf"]
+//! positions = ["last"]                      # default: every captured position
+//! folds = 5
+//! bootstrap = 1000
+//! permutations = 100
+//! seed = 0
+//!
+//! [patch]                                   # trustlens sweep: the patching stage
+//! layers = "all"                            # default: the capture layers
+//! sets = ["6+12+18+24"]
+//! readout = "ln_final"                      # ln_final | resid_post | logits
+//! max_cases = 8                             # per family; default all
+//! random_control = true
+//! n_boot = 2000
+//! seed = 0
+//!
+//! [behave]                                  # trustlens sweep: the behave and sas stages
+//! max_new_tokens = 96
+//! batch_size = 8
+//! judges = ["indicator"]
+//! n_boot = 10000
+//!
+//! [sweep]
+//! stages = ["capture", "probe", "patch", "figures"]   # + "behave", "sas"
+//! figures_dir = "figures"
 //! ```
 //!
 //! Every table rejects unknown keys and names the nearest valid one. Relative paths are resolved against the current
-//! directory. Later sections (probes, patching) are added as further `#[serde(default)]` fields of [`Experiment`].
+//! directory.
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -59,6 +86,9 @@ pub struct Experiment {
     /// `[patch]`: settings of the sweep's patching stage.
     #[serde(default)]
     pub patch: PatchSection,
+    /// `[behave]`: settings of the sweep's behaviour stage (generation and six-class scoring).
+    #[serde(default)]
+    pub behave: BehaveSection,
     /// `[sweep]`: which stages `trustlens sweep` runs and where results go.
     #[serde(default)]
     pub sweep: SweepSection,
@@ -380,9 +410,7 @@ impl Experiment {
         }
         if let LayerSpec::Text(t) = &c.layers {
             if !t.starts_with("frac:") && t != "all" {
-                return Err(format!(
-                    "capture.layers: `{t}` is neither a list of integers, `frac:f1,f2,...` nor `all`"
-                ));
+                return Err(format!("capture.layers: `{t}` is neither a list of integers, `frac:f1,f2,...` nor `all`"));
             }
         }
         self.check_sweep_sections()
@@ -530,11 +558,57 @@ impl Default for PatchSection {
     }
 }
 
+/// `[behave]`: the behaviour stage of `trustlens sweep` (the same settings as `trustlens behave run`'s flags); its
+/// outcomes feed the `sas` stage.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BehaveSection {
+    /// Token budget per output.
+    #[serde(default = "default_max_new_tokens")]
+    pub max_new_tokens: usize,
+    /// Prompts decoded together.
+    #[serde(default = "default_batch_size")]
+    pub batch_size: usize,
+    /// Judges for the rows the rules leave open (`indicator`, `model`, `model:PATH`, `import:[NAME=]FILE`); the
+    /// first decides, the others are compared with it (Cohen's kappa).
+    #[serde(default = "default_judges")]
+    pub judges: Vec<String>,
+    /// Sample with this seed and each case's sampling parameters instead of greedy decoding.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample_seed: Option<u64>,
+    /// SAS bootstrap replicates.
+    #[serde(default = "default_sas_boot")]
+    pub n_boot: usize,
+}
+
+impl Default for BehaveSection {
+    fn default() -> Self {
+        BehaveSection {
+            max_new_tokens: default_max_new_tokens(),
+            batch_size: default_batch_size(),
+            judges: default_judges(),
+            sample_seed: None,
+            n_boot: default_sas_boot(),
+        }
+    }
+}
+
+fn default_max_new_tokens() -> usize {
+    96
+}
+fn default_judges() -> Vec<String> {
+    vec!["indicator".into()]
+}
+fn default_sas_boot() -> usize {
+    10000
+}
+
 /// `[sweep]`: stages and output folder of `trustlens sweep`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SweepSection {
-    /// Stages to run, in pipeline order: `capture`, `probe`, `patch`, `figures`.
+    /// Stages to run, in pipeline order: `capture`, `probe`, `patch`, `behave`, `sas`, `figures` (default: all but
+    /// the behavioural `behave` and `sas`).
     #[serde(default = "default_stages")]
     pub stages: Vec<String>,
     /// Results and figures go to `<figures_dir>/<run>/`.
@@ -549,7 +623,7 @@ impl Default for SweepSection {
 }
 
 /// Stage names of `trustlens sweep`, in pipeline order.
-pub const STAGES: [&str; 4] = ["capture", "probe", "patch", "figures"];
+pub const STAGES: [&str; 6] = ["capture", "probe", "patch", "behave", "sas", "figures"];
 
 fn default_probe_methods() -> Vec<String> {
     vec!["logistic".into(), "diffmeans".into(), "rbf".into()]
@@ -570,7 +644,7 @@ fn default_patch_boot() -> usize {
     2000
 }
 fn default_stages() -> Vec<String> {
-    STAGES.iter().map(|s| s.to_string()).collect()
+    ["capture", "probe", "patch", "figures"].iter().map(|s| s.to_string()).collect()
 }
 fn default_figures_dir() -> PathBuf {
     PathBuf::from("figures")
@@ -585,7 +659,10 @@ impl Experiment {
         }
         for m in &self.probe.methods {
             if !METHODS.contains(&m.as_str()) {
-                return Err(format!("probe.methods: unknown method `{m}` (logistic, diffmeans, rbf){}", suggest(m, &METHODS)));
+                return Err(format!(
+                    "probe.methods: unknown method `{m}` (logistic, diffmeans, rbf){}",
+                    suggest(m, &METHODS)
+                ));
             }
         }
         for p in &self.probe.positions {
@@ -617,6 +694,15 @@ impl Experiment {
         }
         if self.cases.max_per_family == Some(0) {
             return Err("cases.max_per_family must be at least 1 (leave it out for every case)".into());
+        }
+        if self.behave.max_new_tokens == 0 || self.behave.batch_size == 0 {
+            return Err("behave.max_new_tokens and behave.batch_size must be at least 1".into());
+        }
+        if self.behave.judges.is_empty() {
+            return Err("behave.judges must not be empty (e.g. [\"indicator\"])".into());
+        }
+        if self.sweep.stages.iter().any(|s| s == "sas") && !self.sweep.stages.iter().any(|s| s == "behave") {
+            return Err("sweep.stages: `sas` needs `behave` (its outcomes)".into());
         }
         if self.sweep.stages.is_empty() {
             return Err("sweep.stages must not be empty".into());

@@ -17,8 +17,9 @@ use trustlens::sweep::{self, Freshness, Manifest, ManifestStage, RunDirs, StageP
 /// records versions, seeds, hashes, the exact configuration and each stage's time. A killed sweep resumes: finished
 /// stages stay cached and capture resumes from its journal.
 ///
-/// Stages: capture, probe, patch, figures (`[sweep] stages` selects them). The experiment sections `[probe]`,
-/// `[patch]` and `[sweep]` are documented in `trustlens::experiment` and in experiments/channel-trust.toml.
+/// Stages: capture, probe, patch, behave, sas, figures (`[sweep] stages` selects them; behave and sas, the
+/// behavioural evaluation, are off by default). The sections `[probe]`, `[patch]`, `[behave]` and `[sweep]` are
+/// documented in `trustlens::experiment` and in experiments/channel-trust.toml.
 ///
 /// Examples:
 ///   trustlens sweep experiments/channel-trust.toml
@@ -142,10 +143,16 @@ pub fn run(a: SweepArgs) -> Result<()> {
     for (p, fresh, runs) in decisions {
         let (status, seconds, state) = if runs {
             sweep::forget(&dirs, &p.name)?;
-            eprintln!("[{}] trustlens {}", p.name, shell_words(&p.args));
+            let mut args = p.args.clone();
+            // Behaviour outputs of another configuration are replaced; a killed run of this one resumes.
+            let forced = a.force.iter().any(|f| f == "all" || f == &p.name);
+            if p.name == "behave" && (forced || matches!(fresh, Freshness::InputsChanged)) {
+                args.push("--overwrite".into());
+            }
+            eprintln!("[{}] trustlens {}", p.name, shell_words(&args));
             let ts = Instant::now();
             let st = std::process::Command::new(&exe)
-                .args(&p.args)
+                .args(&args)
                 .status()
                 .with_context(|| format!("starting stage {}", p.name))?;
             if !st.success() {

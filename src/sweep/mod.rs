@@ -9,6 +9,8 @@
 //! | `capture` | `trustlens capture EXP`                | model SHA-256, case file SHA-256, `[model]`, `[cases]`, `[capture]` |
 //! | `probe`   | `trustlens probe --run ...`            | the capture key, `[probe]`                                    |
 //! | `patch`   | `trustlens patch EXP --layers ...`     | model and case SHA-256, `[model]`, `[cases]`, patch layers, `[patch]` |
+//! | `behave`  | `trustlens behave run EXP ...`         | model and case SHA-256, `[model]`, `[cases]`, `[behave]`      |
+//! | `sas`     | `trustlens sas figures/<run>/outcomes.jsonl` | the behave key, `[behave] n_boot`                       |
 //! | `figures` | `trustlens plot figures/<run>`         | the keys of the stages whose tables it draws                  |
 //!
 //! (plus the trustlens version in every key). A stage is *fresh* when its state file
@@ -273,11 +275,66 @@ pub fn plan(exp: &Experiment, inp: &SweepInputs) -> Result<Vec<StagePlan>, Sweep
         outputs: vec![dirs.figures.join("patching.csv"), dirs.figures.join("patching.json")],
     };
 
+    let b = &exp.behave;
+    let behave_inputs = serde_json::json!({
+        "stage": "behave", "trustlens": version, "model_sha256": inp.model_sha256, "cases_sha256": inp.cases_sha256,
+        "model": section(&exp.model), "cases": section(&exp.cases), "behave": section(b),
+    });
+    let mut behave_args = vec![
+        "behave".to_string(),
+        "run".into(),
+        inp.experiment_path.display().to_string(),
+        "--run".into(),
+        dirs.run.clone(),
+        "--out-dir".into(),
+        exp.sweep.figures_dir.display().to_string(),
+        "--max-new-tokens".into(),
+        b.max_new_tokens.to_string(),
+        "--batch-size".into(),
+        b.batch_size.to_string(),
+        "--model-name".into(),
+        inp.model_name.clone(),
+    ];
+    for j in &b.judges {
+        behave_args.push("--judge".into());
+        behave_args.push(j.clone());
+    }
+    if let Some(seed) = b.sample_seed {
+        behave_args.push("--sample".into());
+        behave_args.push(seed.to_string());
+    }
+    let behave = StagePlan {
+        name: "behave".into(),
+        key: key_of(&behave_inputs),
+        inputs: behave_inputs,
+        args: behave_args,
+        outputs: vec![dirs.figures.join("behaviour.jsonl"), dirs.figures.join("outcomes.jsonl")],
+    };
+    let sas_inputs = serde_json::json!({
+        "stage": "sas", "trustlens": version, "behave_key": behave.key, "n_boot": b.n_boot,
+    });
+    let sas = StagePlan {
+        name: "sas".into(),
+        key: key_of(&sas_inputs),
+        inputs: sas_inputs,
+        args: vec![
+            "sas".into(),
+            dirs.figures.join("outcomes.jsonl").display().to_string(),
+            "--out".into(),
+            figs.clone(),
+            "--n-boot".into(),
+            b.n_boot.to_string(),
+            "--drop-unmatched".into(),
+        ],
+        outputs: vec![dirs.figures.join("sas.csv"), dirs.figures.join("sas.json")],
+    };
+
     let selected = |s: &str| exp.sweep.stages.iter().any(|x| x == s);
     let figures_inputs = serde_json::json!({
         "stage": "figures", "trustlens": version, "model_name": inp.model_name,
         "probe_key": selected("probe").then(|| probe.key.clone()),
         "patch_key": selected("patch").then(|| patch.key.clone()),
+        "sas_key": selected("sas").then(|| sas.key.clone()),
     });
     let figures = StagePlan {
         name: "figures".into(),
@@ -286,14 +343,15 @@ pub fn plan(exp: &Experiment, inp: &SweepInputs) -> Result<Vec<StagePlan>, Sweep
         args: vec!["plot".into(), figs, "--model".into(), inp.model_name.clone()],
         outputs: Vec::new(),
     };
-    Ok(vec![capture, probe, patch, figures])
+    Ok(vec![capture, probe, patch, behave, sas, figures])
 }
 
 /// The stages whose outputs a stage reads.
 pub fn consumes(stage: &str) -> &'static [&'static str] {
     match stage {
         "probe" => &["capture"],
-        "figures" => &["probe", "patch"],
+        "sas" => &["behave"],
+        "figures" => &["probe", "patch", "sas"],
         _ => &[],
     }
 }
