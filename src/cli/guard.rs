@@ -39,7 +39,7 @@ pub enum GuardCommand {
     /// sweep with the thresholds frozen. Writes results.csv, results.json, sweep.csv and scores.csv.
     ///
     /// Example: trustlens guard eval episodes.jsonl --model models/SmolLM2-135M-Instruct.Q4_1.gguf --layers frac:0.25,0.5,0.75,1.0
-    Eval(EvalArgs),
+    Eval(Box<EvalArgs>),
 }
 
 #[derive(Args)]
@@ -148,7 +148,7 @@ pub fn run(args: GuardArgs) -> Result<()> {
     match args.command {
         GuardCommand::Generate(a) => run_generate(a),
         GuardCommand::Show(a) => run_show(a),
-        GuardCommand::Eval(a) => run_eval(a),
+        GuardCommand::Eval(a) => run_eval(*a),
     }
 }
 

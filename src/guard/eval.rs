@@ -127,6 +127,9 @@ fn calibration_scores(
     }
 }
 
+/// A fold's index, calibrated threshold and held-out scores.
+type FoldRun = Result<(usize, f64, Vec<f64>), GuardError>;
+
 /// Evaluate one scorer on precomputed folds. Shapes: `malicious`, `groups` `[n]`.
 pub fn evaluate(
     scorer: &dyn Scorer,
@@ -136,7 +139,7 @@ pub fn evaluate(
     cfg: &EvalConfig,
 ) -> Result<ScorerResult, GuardError> {
     let n = malicious.len();
-    let per_fold: Vec<Result<(usize, f64, Vec<f64>), GuardError>> = folds
+    let per_fold: Vec<FoldRun> = folds
         .par_iter()
         .enumerate()
         .map(|(f, fold)| {

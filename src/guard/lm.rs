@@ -228,6 +228,7 @@ fn logp_at(logits: &Tensor, target: u32) -> f64 {
 /// # Shapes
 /// Each batch runs `batch_size` episodes (one or two rows each); captures are `[rows, d_model]` per layer and logits
 /// `[rows, K, vocab]` at the continuation positions.
+#[allow(clippy::too_many_arguments)]
 pub fn extract(
     model: &Llama,
     prompts: &[Prompted],
