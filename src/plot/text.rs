@@ -79,7 +79,11 @@ impl Line {
             x += scaled.h_advance(id);
             prev = Some(id);
         }
-        let cap = font.outline(font.glyph_id('H')).map(|o| o.bounds.max.y * factor).unwrap_or(0.7 * em_px as f32);
+        // 'H' spans the baseline to the cap height; take the extent whatever the bounds' y orientation.
+        let cap = font
+            .outline(font.glyph_id('H'))
+            .map(|o| o.bounds.max.y.abs().max(o.bounds.min.y.abs()) * factor)
+            .unwrap_or(0.7 * em_px as f32);
         Line { ascent: scaled.ascent(), descent: -scaled.descent(), cap, width: x, glyphs, font, factor, scale }
     }
 
