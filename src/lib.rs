@@ -15,6 +15,24 @@ pub mod sas;
 pub mod stats;
 pub mod sweep;
 
+/// SHA-256 of a file's contents, hex; read in 1 MiB blocks. The one file hash of the project (model weights, case
+/// files, sweep outputs).
+pub fn sha256_file(path: &std::path::Path) -> std::io::Result<String> {
+    use sha2::{Digest, Sha256};
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(hex::encode(h.finalize()))
+}
+
 /// Keep freed activation buffers in the process instead of handing them back to the kernel after every forward pass.
 ///
 /// glibc returns the top of the heap to the OS whenever more than `M_TRIM_THRESHOLD` is free and serves blocks above

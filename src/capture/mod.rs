@@ -17,7 +17,6 @@ use indicatif::{ProgressBar, ProgressStyle};
 use ndarray::Array2;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeSet;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use tch::{Device, Kind, Tensor};
@@ -139,17 +138,7 @@ pub fn plan_batches(lengths: &[usize], batch_size: usize) -> Vec<Vec<usize>> {
 }
 
 fn sha256_file(path: &Path) -> Result<String, CaptureError> {
-    let mut f = std::fs::File::open(path).map_err(io_err(path))?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf).map_err(io_err(path))?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
-    Ok(hex::encode(h.finalize()))
+    crate::sha256_file(path).map_err(io_err(path))
 }
 
 /// SHA-256 of a model's weight file(s): `hex` for one file, `name:hex;...` for several.

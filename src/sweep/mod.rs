@@ -24,7 +24,6 @@
 //! outputs with their SHA-256.
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use crate::experiment::{Experiment, LayerSpec, STAGES};
@@ -48,17 +47,7 @@ fn io_err(path: &Path) -> impl Fn(std::io::Error) -> SweepError + '_ {
 
 /// SHA-256 of a file, hex.
 pub fn sha256_file(path: &Path) -> Result<String, SweepError> {
-    let mut f = std::fs::File::open(path).map_err(io_err(path))?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf).map_err(io_err(path))?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
-    Ok(hex::encode(h.finalize()))
+    crate::sha256_file(path).map_err(io_err(path))
 }
 
 /// The files whose contents identify a model: one GGUF or safetensors file, or every `*.safetensors` and `*.json` of
