@@ -39,11 +39,15 @@ fixtures: setup
 test: setup fixtures
     cargo test --release --no-fail-fast
 
-# Benchmarks against the reference implementations; results in bench/results/*.json.
+# Benchmarks against the references, results in bench/results/*.json (patching's full sweep: ~6 h on 2 cores, resumable).
 bench: setup
     .venv/bin/python bench/forward.py
     .venv/bin/python bench/capture.py
     .venv/bin/python bench/probe.py
+    .venv/bin/python bench/patch.py
+
+# The patching benchmark alone (resumes a stopped full sweep; BENCH_PATCH_RESTART=1 starts afresh).
+bench-patch: setup
     .venv/bin/python bench/patch.py
 
 # Formatting and lints, as CI expects them.
