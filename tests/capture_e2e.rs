@@ -1,5 +1,8 @@
 //! `trustlens capture` and `trustlens activations` end to end on the embedded model with a few cases: the HDF5
 //! layout (checked by h5py), kill/resume identity, shards and merge, bad input.
+mod common;
+
+use common::{small_cases, text};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -19,25 +22,6 @@ fn bin() -> Command {
 
 fn run(args: &[&str]) -> Output {
     bin().args(args).output().expect("binary runs")
-}
-
-fn text(o: &Output) -> String {
-    format!("{}\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
-}
-
-/// A case file with the first `n` cases of each family of the built-in set.
-fn small_cases(dir: &Path, per_family: usize) -> PathBuf {
-    let text = std::fs::read_to_string(root().join("experiments/cases/channel-trust.jsonl")).unwrap();
-    let mut out = String::new();
-    for fam in ["\"TP\"", "\"IPI\"", "\"CTS\""] {
-        for line in text.lines().filter(|l| l.contains(&format!("\"family\":{fam}"))).take(per_family) {
-            out.push_str(line);
-            out.push('\n');
-        }
-    }
-    let p = dir.join("cases.jsonl");
-    std::fs::write(&p, out).unwrap();
-    p
 }
 
 /// An experiment file in `dir`; `extra` is appended to [capture].

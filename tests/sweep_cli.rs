@@ -1,5 +1,8 @@
 //! `trustlens sweep` end to end on the embedded model with a few cases: every stage runs once, a re-run is all
 //! cached, editing one section re-runs only the stages that read it, and bad experiment files fail before any work.
+mod common;
+
+use common::{small_cases, text};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -17,25 +20,6 @@ fn sweep(dir: &Path, exp: &Path, extra: &[&str]) -> Output {
         .args(extra)
         .output()
         .expect("binary runs")
-}
-
-fn text(o: &Output) -> String {
-    format!("{}\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
-}
-
-/// The first `per_family` cases of each family of the built-in set.
-fn small_cases(dir: &Path, per_family: usize) -> PathBuf {
-    let text = std::fs::read_to_string(root().join("experiments/cases/channel-trust.jsonl")).unwrap();
-    let mut out = String::new();
-    for fam in ["\"TP\"", "\"IPI\"", "\"CTS\""] {
-        for line in text.lines().filter(|l| l.contains(&format!("\"family\":{fam}"))).take(per_family) {
-            out.push_str(line);
-            out.push('\n');
-        }
-    }
-    let p = dir.join("cases.jsonl");
-    std::fs::write(&p, out).unwrap();
-    p
 }
 
 fn write_experiment(dir: &Path, capture_layers: &str, patch_layers: &str, extra: &str) -> PathBuf {

@@ -32,3 +32,23 @@ pub fn max_abs_diff(a: &tch::Tensor, b: &tch::Tensor) -> f64 {
     let b = b.to_kind(tch::Kind::Float).to_device(tch::Device::Cpu);
     (a - b).abs().max().double_value(&[])
 }
+
+/// stdout and stderr of a finished command, one after the other.
+pub fn text(o: &std::process::Output) -> String {
+    format!("{}\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+/// A case file in `dir` with the first `per_family` cases of each family of the built-in set.
+pub fn small_cases(dir: &std::path::Path, per_family: usize) -> PathBuf {
+    let text = std::fs::read_to_string(repo().join("experiments/cases/channel-trust.jsonl")).unwrap();
+    let mut out = String::new();
+    for fam in ["\"TP\"", "\"IPI\"", "\"CTS\""] {
+        for line in text.lines().filter(|l| l.contains(&format!("\"family\":{fam}"))).take(per_family) {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    let p = dir.join("cases.jsonl");
+    std::fs::write(&p, out).unwrap();
+    p
+}
