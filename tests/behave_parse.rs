@@ -1,6 +1,7 @@
 //! Behavioural evaluation: tool-call parsing for every format (including malformed JSON), six-class scoring on
 //! hand-made outputs, judges (indicator, import, kappa), and `trustlens behave` end to end on a tiny random model.
 mod common;
+use common::text;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -352,10 +353,6 @@ fn tiny_model(dir: &Path) -> PathBuf {
 
 fn bin(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_trustlens")).current_dir(common::repo()).args(args).output().expect("binary runs")
-}
-
-fn text(o: &Output) -> String {
-    format!("{}\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
 
 fn lines(p: &Path) -> usize {

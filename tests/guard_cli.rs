@@ -2,6 +2,7 @@
 //! beside it) with every scorer, the feature cache on a rerun, the LM label log-probs against a direct forward pass
 //! (both the resume path and the two-row path), and bad input as one-line errors with exit status 1.
 mod common;
+use common::text;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -17,10 +18,6 @@ fn bin() -> Command {
 
 fn run(args: &[&str]) -> Output {
     bin().args(args).output().expect("binary runs")
-}
-
-fn text(o: &Output) -> String {
-    format!("{}\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
 
 /// GPT-2's byte -> printable character map.

@@ -6,7 +6,7 @@ mod common;
 
 use common::*;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use tch::{Device, Kind, Tensor};
 use trustlens::model::placement::{self, Footprint, Slot};
 use trustlens::model::{
@@ -185,10 +185,6 @@ fn bin() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_trustlens"));
     c.current_dir(repo());
     c
-}
-
-fn text(o: &Output) -> String {
-    format!("{}\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
 
 /// The first case of the TP family of the built-in set.
