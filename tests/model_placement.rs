@@ -187,23 +187,17 @@ fn bin() -> Command {
     c
 }
 
-/// The first case of the TP family of the built-in set.
-fn small_cases(dir: &Path) -> PathBuf {
+/// Writes the built-in set's first TP case (one case keeps the split-device runs short) to `dir/cases.jsonl`.
+fn first_tp_case(dir: &Path) -> PathBuf {
     let text = std::fs::read_to_string(repo().join("experiments/cases/channel-trust.jsonl")).unwrap();
-    let mut out = String::new();
-    for fam in ["\"TP\""] {
-        if let Some(line) = text.lines().find(|l| l.contains(&format!("\"family\":{fam}"))) {
-            out.push_str(line);
-            out.push('\n');
-        }
-    }
+    let line = text.lines().find(|l| l.contains("\"family\":\"TP\"")).expect("the built-in case set has a TP case");
     let p = dir.join("cases.jsonl");
-    std::fs::write(&p, out).unwrap();
+    std::fs::write(&p, format!("{line}\n")).unwrap();
     p
 }
 
 fn experiment(dir: &Path, name: &str, model_extra: &str) -> PathBuf {
-    let cases = small_cases(dir);
+    let cases = first_tp_case(dir);
     let toml = format!(
         "[model]\npath = \"{}\"\ndtype = \"f32\"\ndevice = \"cpu\"\n{model_extra}\n[cases]\nfile = \"{}\"\n\
          channels = [\"chat\", \"tool\"]\ntool_rendering = \"hermes\"\n\n[capture]\nlayers = [3, 14, 15, 29]\n\
