@@ -1,14 +1,16 @@
-//! `trustlens patch EXPERIMENT.toml`: single- and multi-layer activation patching between matched prompts.
+//! `trustlens patch EXPERIMENT.toml` or `trustlens patch --run activations/<run>`: single- and multi-layer activation
+//! patching between matched prompts.
 use anyhow::{Context, Result};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use trustlens::activations::ActivationFile;
 use trustlens::capture;
 use trustlens::experiment::{Experiment, LayerSpec};
 use trustlens::model::{self, DType};
-use trustlens::patch::{self, Pair, PatchOptions, Readout};
+use trustlens::patch::{self, Pair, PatchOptions, Readout, StoredSources};
 use trustlens::prompt::PromptAssets;
 
 /// Patch the last-token residual stream between each case's adversarial prompt and its benign control, in both
@@ -19,12 +21,24 @@ use trustlens::prompt::PromptAssets;
 /// forward = adversarial -> benign: shift = cos(r_patched, r_adv) - cos(r_benign, r_adv);
 /// reverse = benign -> adversarial: shift = cos(r_patched, r_benign) - cos(r_adv, r_benign).
 ///
-/// Example: trustlens patch experiments/channel-trust.toml --sets 12..29 --sets 12+24 --random-control
+/// The pairs come from an experiment file, or from a capture run (`--run activations/<run>`): then the run's recorded
+/// experiment, its blocks (`hook_resid_post`, position `last`) and its per-prompt last-token indices are used, and
+/// each stored activation is checked against the clean pass before the pair is patched.
+///
+/// Examples:
+///   trustlens patch experiments/channel-trust.toml --sets 12..29 --sets 12+24 --random-control
+///   trustlens patch --run activations/channel-trust --layers 6,12,18,24
 #[derive(Args)]
 pub struct PatchArgs {
     /// Experiment file (TOML); its [model], [cases] and [capture] layers are used.
-    pub experiment: PathBuf,
-    /// Override the single-layer list: `6,12,18` or `frac:0.2,0.4,0.6,0.8`.
+    #[arg(required_unless_present = "run", conflicts_with = "run")]
+    pub experiment: Option<PathBuf>,
+    /// A capture run instead of an experiment file: `activations/<run>` (or its activations.h5). It must hold
+    /// `hook_resid_post` at position `last` for every patched block, and both conditions of every case.
+    #[arg(long, value_name = "DIR")]
+    pub run: Option<PathBuf>,
+    /// Override the single-layer list: `6,12,18` or `frac:0.2,0.4,0.6,0.8` (default: [capture] layers, or the
+    /// run's blocks).
     #[arg(long)]
     pub layers: Option<String>,
     /// Extra layer sets patched together: `12+20`, `12..29` (repeatable).
@@ -50,7 +64,7 @@ pub struct PatchArgs {
     pub n_boot: usize,
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
-    /// Output folder (default figures/<run>).
+    /// Output folder (default figures/<run>: the experiment's run name, or the run's folder name).
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Override [model] device (cpu, cuda, cuda:N, auto). Clears any [model] devices list.
@@ -75,7 +89,16 @@ pub fn run(a: PatchArgs) -> Result<()> {
     if a.threads > 0 {
         tch::set_num_threads(a.threads);
     }
-    let mut exp = Experiment::load(&a.experiment)?;
+    let run = a.run.as_deref().map(open_run).transpose()?;
+    let (mut exp, origin) = match (&run, &a.experiment) {
+        (Some(r), _) => {
+            let exp = Experiment::parse(&r.file.attrs.experiment_config, &r.h5)
+                .with_context(|| format!("--run {}: its recorded experiment", r.h5.display()))?;
+            (exp, r.h5.clone())
+        }
+        (None, Some(e)) => (Experiment::load(e)?, e.clone()),
+        (None, None) => anyhow::bail!("give an experiment file or --run activations/<run>"),
+    };
     if let Some(d) = &a.device {
         exp.model.device = d.clone();
         exp.model.devices = None;
@@ -87,15 +110,16 @@ pub fn run(a: PatchArgs) -> Result<()> {
     if let Some(v) = &a.device_memory {
         exp.model.device_memory = Some(v.clone());
     }
-    exp.check().map_err(anyhow::Error::msg).with_context(|| format!("{}", a.experiment.display()))?;
+    exp.check().map_err(anyhow::Error::msg).with_context(|| format!("{}", origin.display()))?;
     // Pairs need both conditions.
     exp.cases.conditions = vec!["adversarial".into(), "benign".into()];
     let readout = Readout::parse(&a.readout).map_err(|e| anyhow::anyhow!("--readout: {e}"))?;
     let dtype: DType = exp.model.dtype.parse().map_err(anyhow::Error::msg)?;
     // Every flag and the model's depth (from its config; no weights read) are checked before any heavy work.
     let spec = match &a.layers {
-        Some(s) => LayerSpec::parse_arg(s).with_context(|| format!("--layers `{s}`"))?,
-        None => exp.capture.layers.clone(),
+        Some(s) => Some(LayerSpec::parse_arg(s).with_context(|| format!("--layers `{s}`"))?),
+        None if run.is_some() => None,
+        None => Some(exp.capture.layers.clone()),
     };
     let mut extra_sets = Vec::new();
     for s in &a.sets {
@@ -104,12 +128,19 @@ pub fn run(a: PatchArgs) -> Result<()> {
     // (As text: the I/O error's own source would repeat its reason.)
     let (cfg, store) = model::ModelSource::resolve(&exp.model.path)
         .and_then(|src| src.open())
-        .map_err(|e| anyhow::anyhow!("model.path in {}: {e}", a.experiment.display()))?;
+        .map_err(|e| anyhow::anyhow!("model.path in {}: {e}", origin.display()))?;
     let n = cfg.num_hidden_layers;
-    let resolved = spec.resolve(n).with_context(|| match &a.layers {
-        Some(s) => format!("--layers `{s}`"),
-        None => "capture.layers".to_string(),
-    })?;
+    let resolved = match (&spec, &run) {
+        (Some(spec), _) => spec.resolve(n).with_context(|| match &a.layers {
+            Some(s) => format!("--layers `{s}`"),
+            None => "capture.layers".to_string(),
+        })?,
+        (None, Some(r)) => r.file.layers.clone(),
+        (None, None) => unreachable!("an experiment's layers are always set"),
+    };
+    if let Some(r) = &run {
+        r.check_layers(&resolved, n, a.layers.as_deref().map(|s| format!("--layers `{s}`")))?;
+    }
     let mut layer_sets: Vec<Vec<usize>> = resolved.into_iter().map(|l| vec![l]).collect();
     for (s, set) in extra_sets {
         if let Some(l) = set.iter().find(|&&l| l >= n) {
@@ -117,6 +148,9 @@ pub fn run(a: PatchArgs) -> Result<()> {
                 "--sets `{s}`: layer {l} is past the model's depth ({n} layers: 0..={})",
                 n.saturating_sub(1)
             );
+        }
+        if let Some(r) = &run {
+            r.check_layers(&set, n, Some(format!("--sets `{s}`")))?;
         }
         layer_sets.push(set);
     }
@@ -135,7 +169,7 @@ pub fn run(a: PatchArgs) -> Result<()> {
         let slot = usize::from(p.meta.condition == "benign");
         by_key.entry((p.meta.case_id.clone(), p.meta.channel.clone())).or_default()[slot] = Some(i);
     }
-    let mut pairs = Vec::new();
+    let mut pairs: Vec<(Pair, Option<StoredSources>)> = Vec::new();
     let mut order: Vec<&String> = Vec::new();
     for p in &plan.prompts {
         if !order.contains(&&p.meta.case_id) {
@@ -162,17 +196,23 @@ pub fn run(a: PatchArgs) -> Result<()> {
             anyhow::bail!("case {case} ({channel}): the adversarial prompt or its benign control is missing");
         };
         let (pa, pb) = (&plan.prompts[*adv], &plan.prompts[*ben]);
-        pairs.push(Pair {
+        let pair = Pair {
             case_id: case.clone(),
             family: pa.meta.family.clone(),
             subtype: pa.meta.subtype.clone(),
             channel: channel.clone(),
             adversarial: pa.ids.clone(),
             benign: pb.ids.clone(),
-        });
+        };
+        let stored = match &run {
+            Some(r) => Some(r.sources(&pair, &stored_layers(&layer_sets))?),
+            None => None,
+        };
+        pairs.push((pair, stored));
     }
     // Similar lengths together: less padding per batch.
-    pairs.sort_by_key(|p| p.adversarial.len().max(p.benign.len()));
+    pairs.sort_by_key(|(p, _)| p.adversarial.len().max(p.benign.len()));
+    let (pairs, stored): (Vec<Pair>, Vec<Option<StoredSources>>) = pairs.into_iter().unzip();
     let opts = PatchOptions {
         layer_sets: layer_sets.clone(),
         readout,
@@ -188,11 +228,23 @@ pub fn run(a: PatchArgs) -> Result<()> {
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let t0 = std::time::Instant::now();
-    let results = patch::run(&m, &pairs, &opts, |done| bar.set_position(done as u64))?;
+    let progress = |done: usize| bar.set_position(done as u64);
+    let results = match stored.into_iter().collect::<Option<Vec<_>>>() {
+        Some(stored) if run.is_some() => {
+            patch::run_checked(&m, &pairs, &stored, patch::STORED_MIN_COS, &opts, progress)?
+        }
+        _ => patch::run(&m, &pairs, &opts, progress)?,
+    };
+    let stored_min_cos =
+        results.iter().filter_map(|r| r.stored_cos).fold(None, |m: Option<f64>, c| Some(m.map_or(c, |m| m.min(c))));
     bar.finish_and_clear();
     let secs = t0.elapsed().as_secs_f64();
     let summary = patch::summarize(&results, a.n_boot, 0.95, a.seed);
-    let out = a.out.clone().unwrap_or_else(|| PathBuf::from("figures").join(exp.run_name(&a.experiment)));
+    let run_name = match &run {
+        Some(r) => r.name.clone(),
+        None => exp.run_name(&origin),
+    };
+    let out = a.out.clone().unwrap_or_else(|| PathBuf::from("figures").join(run_name));
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let csv_path = out.join("patching.csv");
     let mut csv = std::fs::File::create(&csv_path).with_context(|| format!("writing {}", csv_path.display()))?;
@@ -221,7 +273,8 @@ pub fn run(a: PatchArgs) -> Result<()> {
     let json_path = out.join("patching.json");
     let doc = serde_json::json!({
         "config": {
-            "experiment": a.experiment, "model": exp.model.path, "dtype": dtype.name(), "device": device,
+            "experiment": a.experiment, "run": run.as_ref().map(|r| &r.h5), "stored_min_cos": stored_min_cos,
+            "model": exp.model.path, "dtype": dtype.name(), "device": device,
             "readout": readout, "layer_sets": layer_sets, "full_recompute": a.full_recompute,
             "random_control": a.random_control, "n_boot": a.n_boot, "seed": a.seed, "pairs": pairs.len(),
             "tool_rendering": plan.tool_rendering, "cases_sha256": plan.cases_sha256,
@@ -248,6 +301,9 @@ pub fn run(a: PatchArgs) -> Result<()> {
                 .unwrap_or_default()
         );
     }
+    if let Some(c) = stored_min_cos {
+        eprintln!("the run's stored activations agree with the clean passes: lowest cosine {c:.6}");
+    }
     eprintln!(
         "{} pairs x {} layer sets x 2 directions in {secs:.1}s; wrote {} and {}",
         pairs.len(),
@@ -256,4 +312,151 @@ pub fn run(a: PatchArgs) -> Result<()> {
         json_path.display()
     );
     Ok(())
+}
+
+/// Every block of the layer sets, sorted and distinct: the blocks whose stored values are checked.
+fn stored_layers(sets: &[Vec<usize>]) -> Vec<usize> {
+    let mut v: Vec<usize> = sets.iter().flatten().copied().collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// A capture run opened for patching, with the checks that need no model done.
+struct Run {
+    h5: PathBuf,
+    /// `activations/<name>`'s folder name (names the default output folder).
+    name: String,
+    file: ActivationFile,
+    /// `(case, channel, condition)` -> row.
+    rows: BTreeMap<(String, String, String), usize>,
+    /// Stored last-token values per block, read on first use.
+    last: std::cell::RefCell<BTreeMap<usize, ndarray::Array2<f32>>>,
+}
+
+fn open_run(arg: &Path) -> Result<Run> {
+    let h5 = if arg.is_dir() { arg.join("activations.h5") } else { arg.to_path_buf() };
+    if !h5.exists() {
+        anyhow::bail!(
+            "--run {}: no activation file at {} (`trustlens capture EXP.toml` writes activations/<run>/activations.h5)",
+            arg.display(),
+            h5.display()
+        );
+    }
+    let file = ActivationFile::open(&h5).with_context(|| format!("--run {}", arg.display()))?;
+    let at = h5.display();
+    let attrs = &file.attrs;
+    if !attrs.complete {
+        anyhow::bail!(
+            "--run {at}: the capture is unfinished (a checkpoint); run the same `trustlens capture` again to finish it"
+        );
+    }
+    if attrs.shard != "all" {
+        anyhow::bail!(
+            "--run {at}: holds shard {} only; merge the shards first (`trustlens activations merge`)",
+            attrs.shard
+        );
+    }
+    if attrs.hook_point != "hook_resid_post" {
+        anyhow::bail!(
+            "--run {at}: holds `{}`, but patching replaces `blocks.{{l}}.hook_resid_post`; capture with \
+             [capture] hook = \"hook_resid_post\"",
+            attrs.hook_point
+        );
+    }
+    if !file.positions.iter().any(|p| p == "last") {
+        anyhow::bail!(
+            "--run {at}: holds positions [{}], but patching needs `last`; add \"last\" to [capture] positions and \
+             capture again",
+            file.positions.join(", ")
+        );
+    }
+    let rows = file
+        .rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| ((r.case_id.clone(), r.channel.clone(), r.condition.clone()), i))
+        .collect();
+    let name = if h5.file_name().is_some_and(|f| f == "activations.h5") {
+        h5.parent().and_then(|p| p.file_name()).map(|s| s.to_string_lossy().to_string())
+    } else {
+        h5.file_stem().map(|s| s.to_string_lossy().to_string())
+    }
+    .unwrap_or_else(|| "run".into());
+    Ok(Run { h5, name, file, rows, last: Default::default() })
+}
+
+impl Run {
+    /// Every block of `layers` must be in the model and stored in the run.
+    fn check_layers(&self, layers: &[usize], n: usize, what: Option<String>) -> Result<()> {
+        let held = &self.file.layers;
+        let held_s = held.iter().map(|l| l.to_string()).collect::<Vec<_>>().join(", ");
+        let what = what.map(|w| format!("{w}: ")).unwrap_or_default();
+        for &l in layers {
+            if l >= n {
+                anyhow::bail!(
+                    "{what}the run {} holds block {l}, but the model has {n} layers (0..={}): it was captured with \
+                     another model",
+                    self.h5.display(),
+                    n.saturating_sub(1)
+                );
+            }
+            if !held.contains(&l) {
+                anyhow::bail!(
+                    "{what}block {l} is not in the run {} (it holds blocks {held_s}); capture it, or patch from the \
+                     experiment file, which needs no stored activations",
+                    self.h5.display()
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// The pair's stored values at `layers`, after checking that the run holds both prompts with the token counts
+    /// they render to now.
+    fn sources(&self, pair: &Pair, layers: &[usize]) -> Result<StoredSources> {
+        let mut idx = [0usize; 2];
+        for (slot, (cond, ids)) in
+            [("adversarial", &pair.adversarial), ("benign", &pair.benign)].into_iter().enumerate()
+        {
+            let key = (pair.case_id.clone(), pair.channel.clone(), cond.to_string());
+            let Some(&row) = self.rows.get(&key) else {
+                let what = if cond == "benign" { "benign control" } else { "adversarial prompt" };
+                anyhow::bail!(
+                    "case {} ({}): the run {} holds no {what} (captured with [cases] conditions without `{cond}`?); \
+                     patching needs both conditions of every case",
+                    pair.case_id,
+                    pair.channel,
+                    self.h5.display()
+                );
+            };
+            let meta = &self.file.rows[row];
+            if meta.n_tokens != ids.len() || meta.last_index + 1 != ids.len() {
+                anyhow::bail!(
+                    "case {} ({}, {cond}): the run {} recorded {} tokens (last index {}), but it renders to {} tokens \
+                     now: the case file, template or tokenizer changed since the capture",
+                    pair.case_id,
+                    pair.channel,
+                    self.h5.display(),
+                    meta.n_tokens,
+                    meta.last_index,
+                    ids.len()
+                );
+            }
+            idx[slot] = row;
+        }
+        let mut cache = self.last.borrow_mut();
+        let mut out = StoredSources { layers: layers.to_vec(), adversarial: Vec::new(), benign: Vec::new() };
+        for &l in layers {
+            let a = match cache.entry(l) {
+                std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::btree_map::Entry::Vacant(e) => e.insert(
+                    self.file.read(l, "last").with_context(|| format!("--run {}: block {l}", self.h5.display()))?,
+                ),
+            };
+            out.adversarial.push(a.row(idx[0]).to_vec());
+            out.benign.push(a.row(idx[1]).to_vec());
+        }
+        Ok(out)
+    }
 }

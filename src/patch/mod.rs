@@ -61,6 +61,23 @@ pub struct Pair {
     pub benign: Vec<u32>,
 }
 
+/// A pair's stored last-token `hook_resid_post` values from a capture run (`trustlens patch --run`), checked against
+/// the clean pass before any patch is placed: a run made with another model, dtype or template is refused rather
+/// than silently patched with values it never produced.
+#[derive(Debug, Clone)]
+pub struct StoredSources {
+    /// Block indices; every one must be among the patched layers.
+    pub layers: Vec<usize>,
+    /// `[layers.len()][d_model]`: the adversarial prompt's stored values.
+    pub adversarial: Vec<Vec<f32>>,
+    /// `[layers.len()][d_model]`: the benign control's stored values.
+    pub benign: Vec<Vec<f32>>,
+}
+
+/// The lowest cosine between a stored activation and the clean pass that [`run_checked`] accepts. Same model, dtype
+/// and prompts give >= 0.9999 (f16 storage, other batch padding); another model or template gives far less.
+pub const STORED_MIN_COS: f64 = 0.99;
+
 /// How to patch.
 #[derive(Debug, Clone)]
 pub struct PatchOptions {
@@ -94,6 +111,10 @@ pub struct PairResult {
     pub cos_clean: f64,
     /// Shift from patching a random vector of the source's norm (single-layer sets with the control on).
     pub random_shift: Option<f64>,
+    /// With stored sources ([`run_checked`]): the lowest cosine between the pair's stored activations and its clean
+    /// pass, over both prompts and every stored layer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stored_cos: Option<f64>,
 }
 
 /// Text name of a layer set.
@@ -121,6 +142,37 @@ fn row_cos(a: &Tensor, b: &Tensor) -> Vec<f64> {
 pub fn run(
     model: &Llama,
     pairs: &[Pair],
+    opts: &PatchOptions,
+    progress: impl FnMut(usize),
+) -> Result<Vec<PairResult>, ModelError> {
+    run_inner(model, pairs, None, opts, progress)
+}
+
+/// [`run`], with each pair's stored activations (`stored[i]` belongs to `pairs[i]`) compared with its clean pass
+/// first: a cosine below `min_cos` at any stored layer stops the run with an error naming the case and block.
+/// The patches themselves use the clean pass's values (exact, in the compute dtype); each result records the
+/// agreement in [`PairResult::stored_cos`].
+///
+/// # Shapes
+/// As [`run`]; every stored vector is `[d_model]`.
+pub fn run_checked(
+    model: &Llama,
+    pairs: &[Pair],
+    stored: &[StoredSources],
+    min_cos: f64,
+    opts: &PatchOptions,
+    progress: impl FnMut(usize),
+) -> Result<Vec<PairResult>, ModelError> {
+    if stored.len() != pairs.len() {
+        return Err(ModelError::Input(format!("{} stored sources for {} pairs", stored.len(), pairs.len())));
+    }
+    run_inner(model, pairs, Some((stored, min_cos)), opts, progress)
+}
+
+fn run_inner(
+    model: &Llama,
+    pairs: &[Pair],
+    stored: Option<(&[StoredSources], f64)>,
     opts: &PatchOptions,
     mut progress: impl FnMut(usize),
 ) -> Result<Vec<PairResult>, ModelError> {
@@ -163,6 +215,47 @@ pub fn run(
             r.index_select(0, &partner_t.to_device(r.device()))
         };
         let cos_clean = row_cos(&r_clean, &r_source);
+        let chunk_start = chunk_i * opts.batch_pairs.max(1);
+        let mut stored_cos = vec![None; k];
+        if let Some((stored, min_cos)) = stored {
+            for (j, p) in chunk.iter().enumerate() {
+                let s = &stored[chunk_start + j];
+                let mut worst = f64::INFINITY;
+                for (li, &l) in s.layers.iter().enumerate() {
+                    if !layers.contains(&l) {
+                        return Err(ModelError::Input(format!(
+                            "case {} ({}): stored block {l} is not among the patched layers",
+                            p.case_id, p.channel
+                        )));
+                    }
+                    let live = resid(l);
+                    let d = live.size()[1] as usize;
+                    let (sa, sb) = (&s.adversarial[li], &s.benign[li]);
+                    if sa.len() != d || sb.len() != d {
+                        return Err(ModelError::Input(format!(
+                            "case {} ({}): stored block {l} holds {} values, the model's residual stream {d}",
+                            p.case_id,
+                            p.channel,
+                            sa.len()
+                        )));
+                    }
+                    let rows = Tensor::from_slice(&[j as i64, (k + j) as i64]).to_device(live.device());
+                    let want = Tensor::from_slice(&[sa.as_slice(), sb.as_slice()].concat()).view([2, d as i64]);
+                    let c = row_cos(&live.index_select(0, &rows), &want);
+                    let c = c.iter().copied().fold(f64::INFINITY, f64::min);
+                    if c.is_nan() || c < min_cos {
+                        return Err(ModelError::Input(format!(
+                            "case {} ({}): the run's stored activation at block {l} disagrees with this model's clean \
+                             pass (cosine {c:.4}, below {min_cos}): the run was captured with another model, dtype, \
+                             template or case file",
+                            p.case_id, p.channel
+                        )));
+                    }
+                    worst = worst.min(c);
+                }
+                stored_cos[j] = worst.is_finite().then_some(worst);
+            }
+        }
         let last_targets: Vec<(usize, i64)> = lens.iter().enumerate().map(|(b, &len)| (b, len as i64 - 1)).collect();
         let patched_readout = |set: &[usize], first: &Tensor| -> Result<Tensor, ModelError> {
             let mut ivs = Vec::new();
@@ -223,10 +316,11 @@ pub fn run(
                     recovery: if gap.abs() > 1e-12 { shift / gap } else { f64::NAN },
                     cos_clean: cos_clean[i],
                     random_shift: random.as_ref().map(|c| c[i] - cos_clean[i]),
+                    stored_cos: stored_cos[i % k],
                 });
             }
         }
-        progress((chunk_i * opts.batch_pairs.max(1) + k).min(pairs.len()));
+        progress((chunk_start + k).min(pairs.len()));
     }
     Ok(out)
 }
@@ -359,6 +453,7 @@ mod tests {
             recovery: 0.5,
             cos_clean: 0.9,
             random_shift: None,
+            stored_cos: None,
         };
         let results: Vec<PairResult> =
             ["12+20", "18", "6", "12", "24..29"].iter().flat_map(|l| [pr(l, "a"), pr(l, "b")]).collect();
