@@ -169,6 +169,11 @@ pub fn run(a: PatchArgs) -> Result<()> {
         let slot = usize::from(p.meta.condition == "benign");
         by_key.entry((p.meta.case_id.clone(), p.meta.channel.clone())).or_default()[slot] = Some(i);
     }
+    // With --run: the run's last-token values at every patched block, read once.
+    let stored_last = match &run {
+        Some(r) => r.read_last(&stored_layers(&layer_sets))?,
+        None => BTreeMap::new(),
+    };
     let mut pairs: Vec<(Pair, Option<StoredSources>)> = Vec::new();
     let mut order: Vec<&String> = Vec::new();
     for p in &plan.prompts {
@@ -205,7 +210,7 @@ pub fn run(a: PatchArgs) -> Result<()> {
             benign: pb.ids.clone(),
         };
         let stored = match &run {
-            Some(r) => Some(r.sources(&pair, &stored_layers(&layer_sets))?),
+            Some(r) => Some(r.sources(&pair, &stored_last)?),
             None => None,
         };
         pairs.push((pair, stored));
@@ -229,14 +234,13 @@ pub fn run(a: PatchArgs) -> Result<()> {
     );
     let t0 = std::time::Instant::now();
     let progress = |done: usize| bar.set_position(done as u64);
-    let results = match stored.into_iter().collect::<Option<Vec<_>>>() {
-        Some(stored) if run.is_some() => {
-            patch::run_checked(&m, &pairs, &stored, patch::STORED_MIN_COS, &opts, progress)?
-        }
-        _ => patch::run(&m, &pairs, &opts, progress)?,
+    let results = if run.is_some() {
+        let stored: Vec<StoredSources> = stored.into_iter().flatten().collect();
+        patch::run_checked(&m, &pairs, &stored, patch::STORED_MIN_COS, &opts, progress)?
+    } else {
+        patch::run(&m, &pairs, &opts, progress)?
     };
-    let stored_min_cos =
-        results.iter().filter_map(|r| r.stored_cos).fold(None, |m: Option<f64>, c| Some(m.map_or(c, |m| m.min(c))));
+    let stored_min_cos = results.iter().filter_map(|r| r.stored_cos).reduce(f64::min);
     bar.finish_and_clear();
     let secs = t0.elapsed().as_secs_f64();
     let summary = patch::summarize(&results, a.n_boot, 0.95, a.seed);
@@ -330,8 +334,6 @@ struct Run {
     file: ActivationFile,
     /// `(case, channel, condition)` -> row.
     rows: BTreeMap<(String, String, String), usize>,
-    /// Stored last-token values per block, read on first use.
-    last: std::cell::RefCell<BTreeMap<usize, ndarray::Array2<f32>>>,
 }
 
 fn open_run(arg: &Path) -> Result<Run> {
@@ -383,7 +385,7 @@ fn open_run(arg: &Path) -> Result<Run> {
         h5.file_stem().map(|s| s.to_string_lossy().to_string())
     }
     .unwrap_or_else(|| "run".into());
-    Ok(Run { h5, name, file, rows, last: Default::default() })
+    Ok(Run { h5, name, file, rows })
 }
 
 impl Run {
@@ -412,9 +414,20 @@ impl Run {
         Ok(())
     }
 
-    /// The pair's stored values at `layers`, after checking that the run holds both prompts with the token counts
-    /// they render to now.
-    fn sources(&self, pair: &Pair, layers: &[usize]) -> Result<StoredSources> {
+    /// The stored last-token values `[n_rows, d_model]` of each block in `layers`.
+    fn read_last(&self, layers: &[usize]) -> Result<BTreeMap<usize, ndarray::Array2<f32>>> {
+        layers
+            .iter()
+            .map(|&l| {
+                let a = self.file.read(l, "last").with_context(|| format!("--run {}: block {l}", self.h5.display()))?;
+                Ok((l, a))
+            })
+            .collect()
+    }
+
+    /// The pair's rows of `last` (from [`Run::read_last`]), after checking that the run holds both prompts with the
+    /// token counts they render to now.
+    fn sources(&self, pair: &Pair, last: &BTreeMap<usize, ndarray::Array2<f32>>) -> Result<StoredSources> {
         let mut idx = [0usize; 2];
         for (slot, (cond, ids)) in
             [("adversarial", &pair.adversarial), ("benign", &pair.benign)].into_iter().enumerate()
@@ -445,18 +458,10 @@ impl Run {
             }
             idx[slot] = row;
         }
-        let mut cache = self.last.borrow_mut();
-        let mut out = StoredSources { layers: layers.to_vec(), adversarial: Vec::new(), benign: Vec::new() };
-        for &l in layers {
-            let a = match cache.entry(l) {
-                std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
-                std::collections::btree_map::Entry::Vacant(e) => e.insert(
-                    self.file.read(l, "last").with_context(|| format!("--run {}: block {l}", self.h5.display()))?,
-                ),
-            };
-            out.adversarial.push(a.row(idx[0]).to_vec());
-            out.benign.push(a.row(idx[1]).to_vec());
-        }
-        Ok(out)
+        Ok(StoredSources {
+            layers: last.keys().copied().collect(),
+            adversarial: last.values().map(|a| a.row(idx[0]).to_vec()).collect(),
+            benign: last.values().map(|a| a.row(idx[1]).to_vec()).collect(),
+        })
     }
 }
